@@ -1,0 +1,30 @@
+"""Cameras (OpenCV convention), rigid transforms and padded point clouds."""
+
+from jaxspatial.geometry.camera import (
+    Camera,
+    fov_degrees,
+    intrinsics_from_fov,
+    look_at,
+    make_transform,
+    project,
+    rigid_inverse,
+    rotation_about_axis,
+    stack_cameras,
+    world_to_camera,
+)
+from jaxspatial.geometry.pointcloud import (
+    PointCloud,
+    bucket_size,
+    concatenate,
+    pad_to,
+    pad_to_bucket,
+    stack,
+    validate_point_cloud,
+)
+
+__all__ = [
+    "Camera", "PointCloud", "bucket_size", "concatenate", "fov_degrees",
+    "intrinsics_from_fov", "look_at", "make_transform", "pad_to", "pad_to_bucket",
+    "project", "rigid_inverse", "rotation_about_axis", "stack", "stack_cameras",
+    "validate_point_cloud", "world_to_camera",
+]
