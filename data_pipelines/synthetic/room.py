@@ -2,7 +2,7 @@
 
 World frame: metres, +z up, the floor at z = 0, the room spanning
 [0, width] x [0, depth] x [0, height]. The room shell (floor, walls) has
-instance -1; object k has instance k.
+instance -1; object k has instance k. Points are stored in Morton order.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import dataclasses
 import numpy as np
 
 from data_pipelines.synthetic import shapes
-from jaxspatial.geometry import PointCloud
+from jaxspatial.geometry import PointCloud, sort_spatially
 
 COLOURS = {
     "red": (200, 40, 40), "green": (40, 160, 60), "blue": (40, 80, 200),
@@ -140,8 +140,8 @@ def make_room(seed: int, num_points: int = 200_000, num_objects: int = 6,
     parts_rgb.append(_shade(COLOURS[obj.name.split(" ")[0]], normal, rng))
     parts_instance.append(np.full(len(xyz), obj.instance, np.int32))
 
-  cloud = PointCloud.create(np.concatenate(parts_xyz).astype(np.float32),
-                            np.concatenate(parts_rgb),
-                            instance=np.concatenate(parts_instance))
+  cloud = sort_spatially(PointCloud.create(np.concatenate(parts_xyz).astype(np.float32),
+                                           np.concatenate(parts_rgb),
+                                           instance=np.concatenate(parts_instance)))
   return Room(cloud=cloud, objects=tuple(objects), bounds_min=(0.0, 0.0, 0.0),
               bounds_max=(float(width), float(depth), float(height)))

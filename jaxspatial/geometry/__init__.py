@@ -17,14 +17,16 @@ from jaxspatial.geometry.pointcloud import (
     bucket_size,
     concatenate,
     pad_to,
+    morton_order,
     pad_to_bucket,
+    sort_spatially,
     stack,
     validate_point_cloud,
 )
 
 __all__ = [
     "Camera", "PointCloud", "bucket_size", "concatenate", "fov_degrees",
-    "intrinsics_from_fov", "look_at", "make_transform", "pad_to", "pad_to_bucket",
-    "project", "rigid_inverse", "rotation_about_axis", "stack", "stack_cameras",
+    "intrinsics_from_fov", "look_at", "make_transform", "morton_order", "pad_to", "pad_to_bucket",
+    "project", "rigid_inverse", "rotation_about_axis", "sort_spatially", "stack", "stack_cameras",
     "validate_point_cloud", "world_to_camera",
 ]

@@ -106,6 +106,9 @@ def _footprint_min(depth_bits: Array, index: Array, pad: int, height: int, width
   loop per window; written as shifted slices instead, XLA's fusion recomputes
   the shared horizontal minima per row and runs 10-20x slower at r = 4.
   """
+  if rectangles == ((0, 0),):  # one pixel: the centre buffer is the answer
+    return (depth_bits[:, pad: pad + height, pad: pad + width],
+            index[:, pad: pad + height, pad: pad + width])
   results = []
   for half_w, half_h in rectangles:
     crop = tuple(arr[:, pad - half_h: pad + half_h + height, pad - half_w: pad + half_w + width]
@@ -317,12 +320,18 @@ def _render_views(views, points, *, height: int, width: int, splat_radius: int,
   per_view_cloud = xyz.ndim == 3
   num_points = xyz.shape[-2]
 
-  def per_view(x):  # [V] -> [V, 1] to broadcast against points [(V,) P]
-    return x[:, None]
+  single_view = num_views == 1 and not per_view_cloud
+  if single_view:
+    # One view: scalar camera parameters against [P] points. XLA fuses this form
+    # better (it reuses the slot computation; with [1, P] it recomputes it), 30% faster.
+    views = jax.tree.map(lambda x: x[0], views)
+    per_view = lambda x: x
+  else:
+    per_view = lambda x: x[:, None]  # [V] -> [V, 1], against points [(V,) P]
 
   camera = Camera(fx=views["fx"], fy=views["fy"], cx=views["cx"], cy=views["cy"],
                   world_from_camera=views["world_from_camera"])
-  p_cam = world_to_camera(camera, xyz)  # [V, P, 3]
+  p_cam = world_to_camera(camera, xyz)  # [(V,) P, 3]
   z = p_cam[..., 2]
   fx = per_view(views["fx"])
   u = _round_half_away(fx * p_cam[..., 0] / z + per_view(views["cx"])) + pad
@@ -334,7 +343,7 @@ def _render_views(views, points, *, height: int, width: int, splat_radius: int,
   if depth_dependent:
     radius_px = jnp.clip(_round_half_away(fx * points["point_radius"] / z), 0, splat_radius)
     slot = slot + radius_px.astype(jnp.int32) * layer_size
-  view_offset = jnp.arange(num_views, dtype=jnp.int32)[:, None] * view_size
+  view_offset = 0 if single_view else per_view(jnp.arange(num_views, dtype=jnp.int32) * view_size)
   slot = jnp.where(keep, slot + view_offset, sentinel).reshape(-1)
   depth_bits = lax.bitcast_convert_type(z, jnp.int32).reshape(-1)
 
@@ -357,6 +366,7 @@ def _render_views(views, points, *, height: int, width: int, splat_radius: int,
                                  _footprint_rectangles(radius, footprint)))
   best_bits, best_index = _lexicographic_min(layers)  # [V, H, W]
 
+  background = views["background"].reshape(num_views, 3)
   covered = best_index != EMPTY
   safe_index = jnp.where(covered, best_index, 0)
   if per_view_cloud:
@@ -368,7 +378,7 @@ def _render_views(views, points, *, height: int, width: int, splat_radius: int,
     rgb_hit = points["rgb"].reshape(-1, 3)[safe_index]
     instance_hit = points["instance"].reshape(-1)[safe_index]
   return Rendered(
-      rgb=jnp.where(covered[..., None], rgb_hit, views["background"][:, None, None, :]),
+      rgb=jnp.where(covered[..., None], rgb_hit, background[:, None, None, :]),
       depth=jnp.where(covered, lax.bitcast_convert_type(best_bits, jnp.float32), 0.0),
       point_index=jnp.where(covered, best_index, -1),
       instance=jnp.where(covered, instance_hit, -1),

@@ -57,3 +57,19 @@ def test_validation_names_the_field():
     PointCloud.create(np.zeros((2, 3)), rgb=np.zeros((3, 3), np.uint8))
   with pytest.raises(TypeError, match="expected a PointCloud, got dict"):
     validate_point_cloud({})
+
+
+def test_sort_spatially_is_a_permutation_that_groups_neighbours():
+  from jaxspatial.geometry import morton_order, sort_spatially
+  rng = np.random.default_rng(0)
+  xyz = rng.uniform(0, 1, (4096, 3)).astype(np.float32)
+  order = morton_order(xyz)
+  np.testing.assert_array_equal(np.sort(order), np.arange(4096))
+  step = np.linalg.norm(np.diff(xyz[order], axis=0), axis=1)
+  random_step = np.linalg.norm(np.diff(xyz, axis=0), axis=1)
+  assert np.median(step) < 0.2 * np.median(random_step)
+  cloud = PointCloud.create(xyz, instance=np.arange(4096))
+  sorted_cloud = sort_spatially(cloud)
+  np.testing.assert_array_equal(sorted_cloud.instance, order)
+  np.testing.assert_array_equal(sorted_cloud.xyz, xyz[order])
+  assert len(morton_order(np.zeros((0, 3)))) == 0

@@ -1,0 +1,173 @@
+"""Renderer throughput: jaxspatial against Open3D and Think3D's numpy method, in one run.
+
+    python -m benchmarks.render_bench            # the issue's shapes: 1M points
+    python -m benchmarks.render_bench --points 200000 --repeats 3   # quicker
+
+Cost on a 2-core CPU: about 2 minutes (the numpy baseline takes ~2 s a view).
+All renderers draw the same procedural room of `--points` points from the same
+8 cameras. Rows give milliseconds per view and points per second; the speed-up
+column compares with Open3D's `project_to_rgbd_image` at radius 0 (it has no
+footprint) and with the numpy method at radius 1. jaxspatial rows compute what
+the baselines compute, colour and depth, as a rollout's jit does when it reads
+only those (XLA drops unused outputs); the "(+index, instance)" row also
+materialises the point-index and instance images. On an accelerator the last
+column is the achieved memory traffic (XLA's cost analysis, bytes accessed)
+against the device's measured copy bandwidth, the floor of a scatter renderer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import statistics
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from data_pipelines.synthetic import make_room
+from jaxspatial.geometry import Camera, look_at
+from jaxspatial.render import render, render_batch, splat
+from jaxspatial.render.numpy_reference import render_numpy
+
+RESOLUTIONS = ((640, 480), (1024, 768))
+RADII = (0, 1)
+BATCHES = (1, 8)
+
+
+@functools.partial(jax.jit, static_argnums=(2, 3, 4))
+def rgbd_single(cloud, camera, height, width, radius):
+  """Colour and depth, what Open3D's project_to_rgbd_image computes; XLA drops the rest."""
+  out = render(cloud, camera, height, width, radius)
+  return out.rgb, out.depth
+
+
+@functools.partial(jax.jit, static_argnums=(2, 3, 4))
+def rgbd_batch(cloud, cameras, height, width, radius):
+  out = render_batch(cloud, cameras, height, width, radius)
+  return out.rgb, out.depth
+
+
+def cameras_in_room(room, num_views: int, width: int, height: int) -> Camera:
+  centre = np.array(room.bounds_max) / 2
+  angles = np.linspace(0, 2 * np.pi, num_views, endpoint=False)
+  eyes = np.stack([centre[0] + 2.2 * np.cos(angles), centre[1] + 2.0 * np.sin(angles),
+                   np.full(num_views, 1.8)], 1)
+  targets = np.tile([centre[0], centre[1], 0.5], (num_views, 1))
+  return Camera.from_fov(jnp.full(num_views, 70.0), width, height, look_at(eyes, targets))
+
+
+def timed(fn, repeats: int) -> float:
+  """Median seconds of `fn()` after one warm-up call."""
+  jax.block_until_ready(fn())
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    jax.block_until_ready(fn())
+    times.append(time.perf_counter() - start)
+  return statistics.median(times)
+
+
+def copy_bandwidth(repeats: int) -> float:
+  """Bytes per second of a device-to-device copy (read + write) of 256 MiB."""
+  x = jnp.ones((64 * 2 ** 20,), jnp.int32)
+  copy = jax.jit(lambda a: a + 1)
+  return 2 * x.nbytes / timed(lambda: copy(x), repeats)
+
+
+def bytes_accessed(cloud, cameras, height, width, radius, num_views) -> float:
+  args = (cloud, cameras if num_views > 1 else jax.tree.map(lambda x: x[0], cameras),
+          jnp.asarray((255, 255, 255), jnp.uint8), jnp.float32(1e-3), None,
+          num_views if num_views > 1 else None)
+  compiled = splat._render_jit.lower(*args, height=height, width=width, splat_radius=radius,
+                                     footprint="square").compile()
+  cost = compiled.cost_analysis()
+  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+  return float(cost.get("bytes accessed", float("nan")))
+
+
+def main(argv=None) -> None:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--points", type=int, default=1_000_000)
+  parser.add_argument("--repeats", type=int, default=10)
+  parser.add_argument("--numpy-repeats", type=int, default=2)
+  parser.add_argument("--skip-numpy", action="store_true")
+  parser.add_argument("--skip-open3d", action="store_true")
+  args = parser.parse_args(argv)
+
+  device = jax.devices()[0]
+  on_accelerator = device.platform != "cpu"
+  print(f"jax {jax.__version__} on {device.platform} ({device.device_kind}), "
+        f"{len(jax.devices())} device(s)")
+  room = make_room(0, args.points, num_objects=8)
+  cloud = room.cloud
+  num_points = cloud.num_points
+  xyz_np, rgb_np = np.asarray(cloud.xyz), np.asarray(cloud.rgb)
+  print(f"scene: procedural room, {num_points:,} points\n")
+
+  o3d = None
+  if not args.skip_open3d:
+    try:
+      import open3d as o3d  # pylint: disable=import-outside-toplevel
+      o3d_cloud = o3d.t.geometry.PointCloud(o3d.core.Tensor(xyz_np))
+      o3d_cloud.point.colors = o3d.core.Tensor(rgb_np.astype(np.float32) / 255.0)
+    except ImportError:
+      print("open3d not installed: its rows are skipped")
+
+  bandwidth = copy_bandwidth(args.repeats) if on_accelerator else None
+  if bandwidth:
+    print(f"measured copy bandwidth: {bandwidth / 1e9:.1f} GB/s\n")
+
+  header = f"{'renderer':<40}{'size':>10}{'r':>3}{'views':>6}{'ms/view':>10}{'Mpts/s':>9}{'speed-up':>14}"
+  header += f"{'GB/s (of copy)':>18}" if bandwidth else ""
+  print(header)
+  print("-" * len(header))
+  for width, height in RESOLUTIONS:
+    cameras = cameras_in_room(room, max(BATCHES), width, height)
+    for radius in RADII:
+      rows = []
+      # jaxspatial first: Open3D's TBB workers spin after each call and steal the cores.
+      for num_views, outputs in [(1, "rgbd"), (max(BATCHES), "rgbd"), (max(BATCHES), "all")]:
+        batch = jax.tree.map(lambda x: x[:num_views], cameras)
+        draw = rgbd_single if num_views == 1 else (rgbd_batch if outputs == "rgbd" else render_batch)
+        camera = jax.tree.map(lambda x: x[0], batch) if num_views == 1 else batch
+        ms = 1e3 * timed(lambda: draw(cloud, camera, height, width, radius), args.repeats)
+        ms /= num_views
+        traffic = None
+        if bandwidth:
+          traffic = bytes_accessed(cloud, batch, height, width, radius, num_views) / num_views
+        name = "jaxspatial " + ("single" if num_views == 1 else "batched")
+        name += "" if outputs == "rgbd" else " (+index, instance)"
+        rows.append((name, num_views, ms, traffic))
+      baseline_name, baseline_ms = None, None
+      if radius == 0 and o3d is not None:
+        ms = 1e3 * timed(lambda: [o3d_cloud.project_to_rgbd_image(
+            width, height, o3d.core.Tensor(np.asarray(cameras.intrinsic_matrix[i])),
+            o3d.core.Tensor(np.asarray(cameras.camera_from_world[i])), depth_scale=1.0,
+            depth_max=100.0) for i in range(max(BATCHES))], args.repeats) / max(BATCHES)
+        rows.insert(0, ("open3d project_to_rgbd_image", 1, ms, None))
+        baseline_name, baseline_ms = "open3d", ms
+      if not args.skip_numpy and radius == 1:
+        ms = 1e3 * timed(lambda: render_numpy(
+            xyz_np, rgb_np, np.asarray(cameras.intrinsic_matrix[0]),
+            np.asarray(cameras.camera_from_world[0]), height, width, splat_radius=radius),
+            args.numpy_repeats)
+        rows.insert(0, ("numpy, Think3D method (9 passes)", 1, ms, None))
+        baseline_name, baseline_ms = "numpy", ms
+      for name, num_views, ms, traffic in rows:
+        line = (f"{name:<40}{f'{width}x{height}':>10}{radius:>3}{num_views:>6}{ms:>10.2f}"
+                f"{num_points / ms / 1e3:>9.1f}")
+        speedup = (f"{baseline_ms / ms:.1f}x" if baseline_ms and name.startswith("jaxspatial")
+                   else "")
+        line += f"{speedup + (' ' + baseline_name if speedup else ''):>14}"
+        if bandwidth and traffic:
+          achieved = traffic / (ms / 1e3)
+          line += f"{achieved / 1e9:>9.1f} ({100 * achieved / bandwidth:.0f}%)"
+        print(line)
+    print()
+  print("targets (2-core CPU): radius 0 >= 2x open3d; radius 1 >= 20x the numpy method")
+
+
+if __name__ == "__main__":
+  main()
