@@ -1,76 +1,77 @@
 """Renders a procedural room from several cameras and writes a PNG contact sheet.
 
-    python -m launch.render_demo --out outputs/render_demo.png
+    python -m launch.render_demo --config configs/render_demo.py [--config.key=value ...]
 
-Cost: about 20 s on a 2-core CPU (most of it compiling), no accelerator needed.
-Rows: colour views, depth maps, instance maps, and the same views with
-depth-dependent disc splats.
+Rows: colour views, depth maps, instance maps, and the same views with depth-dependent
+disc splats. The config file's header gives the cost.
 """
 
 from __future__ import annotations
 
-import argparse
 import pathlib
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from absl import app
+from ml_collections import config_flags
 
 from data_pipelines.synthetic import make_room
 from jaxspatial.geometry import Camera, look_at
 from jaxspatial.render import render_batch
 from jaxspatial.render.contact_sheet import contact_sheet, depth_to_rgb, instance_to_rgb
 
+_CONFIG = config_flags.DEFINE_config_file("config", "configs/render_demo.py",
+                                          "the demo's config file")
 
-def orbit_cameras(centre, radius: float, height: float, num_views: int, width: int,
-                  image_height: int, hfov_deg: float = 70.0) -> Camera:
+
+def orbit_cameras(centre, radius: float, eye_height: float, num_views: int, width: int,
+                  height: int, hfov_deg: float) -> Camera:
+  """Cameras on a horizontal circle around `centre`, all looking at it."""
   angles = np.linspace(0, 2 * np.pi, num_views, endpoint=False)
   eyes = np.stack([centre[0] + radius * np.cos(angles), centre[1] + radius * np.sin(angles),
-                   np.full(num_views, height)], 1)
+                   np.full(num_views, eye_height)], 1)
   targets = np.tile(np.asarray(centre, np.float32), (num_views, 1))
-  return Camera.from_fov(jnp.full(num_views, hfov_deg), width, image_height,
-                         look_at(eyes, targets))
+  return Camera.from_fov(jnp.full(num_views, hfov_deg), width, height, look_at(eyes, targets))
 
 
-def main(argv=None) -> pathlib.Path:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--out", default="outputs/render_demo.png")
-  parser.add_argument("--seed", type=int, default=0)
-  parser.add_argument("--points", type=int, default=400_000)
-  parser.add_argument("--views", type=int, default=6)
-  parser.add_argument("--width", type=int, default=320)
-  parser.add_argument("--height", type=int, default=240)
-  args = parser.parse_args(argv)
-
-  room = make_room(args.seed, args.points, num_objects=8)
+def run(config) -> pathlib.Path:
+  room = make_room(config.seed, config.num_points, num_objects=config.num_objects)
   centre = np.array(room.bounds_max) / 2
-  # Cameras inside the room, looking across it at the floor's centre.
-  cameras = orbit_cameras((centre[0], centre[1], 0.3), 2.2, 2.2, args.views,
-                          args.width, args.height)
-  print(f"room seed {args.seed}: {room.cloud.num_points} points, objects: "
+  # Cameras inside the room, looking across it at a point above the floor's centre.
+  cameras = orbit_cameras((centre[0], centre[1], 0.3), 2.2, 2.2, config.num_views,
+                          config.width, config.height, config.hfov_deg)
+  print(f"room seed {config.seed}: {room.cloud.num_points:,} points; objects: "
         + ", ".join(o.name for o in room.objects))
   start = time.perf_counter()
-  views = render_batch(room.cloud, cameras, args.height, args.width, splat_radius=1)
-  jax.block_until_ready(views)
-  discs = render_batch(room.cloud, cameras, args.height, args.width, splat_radius=4,
-                       point_radius=0.015, footprint="disc")
-  jax.block_until_ready(discs)
-  print(f"rendered {2 * args.views} views of {args.width}x{args.height} "
-        f"in {time.perf_counter() - start:.2f} s (including compilation)")
+  views = render_batch(room.cloud, cameras, config.height, config.width,
+                       splat_radius=config.splat_radius)
+  discs = render_batch(room.cloud, cameras, config.height, config.width,
+                       splat_radius=config.max_splat_radius, point_radius=config.point_radius,
+                       footprint="disc")
+  jax.block_until_ready((views, discs))
+  print(f"rendered {2 * config.num_views} views of {config.width}x{config.height} in "
+        f"{time.perf_counter() - start:.2f} s, compilation included")
 
   rgb, depth, instance = (np.asarray(x) for x in (views.rgb, views.depth, views.instance))
   sheet = contact_sheet(
       [list(rgb), [depth_to_rgb(d) for d in depth], [instance_to_rgb(i) for i in instance],
        list(np.asarray(discs.rgb))],
-      labels=["colour (3x3 splats)", "depth", "instance ids",
-              "colour (depth-dependent discs, 15 mm points)"])
-  out = pathlib.Path(args.out)
+      labels=[f"colour ({2 * config.splat_radius + 1}x{2 * config.splat_radius + 1} splats)",
+              "depth (near is bright)", "instance ids",
+              f"colour (depth-dependent discs, {1000 * config.point_radius:.0f} mm points)"])
+  out = pathlib.Path(config.out)
   out.parent.mkdir(parents=True, exist_ok=True)
   sheet.save(out)
   print(f"contact sheet: {out.resolve()}")
   return out
 
 
+def main(argv) -> None:
+  del argv
+  run(_CONFIG.value)
+
+
 if __name__ == "__main__":
-  main()
+  app.run(main)

@@ -1,0 +1,45 @@
+# jaxspatial: `make demo` and `make test` each build .venv from nothing when it is missing.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt
+RUNTIME_STAMP := $(VENV)/.runtime-installed
+DEV_STAMP := $(VENV)/.dev-installed
+
+.PHONY: demo test bench system-deps clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+# The runtime set: enough for the library and the demo.
+$(RUNTIME_STAMP): pyproject.toml constraints.txt | $(PY)
+	$(PIP) -e .
+	touch $@
+
+# Everything: runtime, data (open3d, tfds, grain) and the test tools (pytest, torch CPU).
+$(DEV_STAMP): pyproject.toml constraints.txt | $(PY)
+	$(PIP) -e '.[dev]'
+	touch $@ $(RUNTIME_STAMP)
+
+# open3d needs Debian's libusb-1.0-0 to import.
+system-deps:
+	@if ! ldconfig -p | grep -q 'libusb-1.0.so.0'; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing libusb-1.0-0 (needed by open3d)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libusb-1.0-0 >/dev/null; \
+	  else \
+	    echo "warning: libusb-1.0-0 is missing and I am not root: open3d will not import" >&2; \
+	  fi; \
+	fi
+
+demo: $(RUNTIME_STAMP)
+	$(PY) -m launch.render_demo --config configs/render_demo.py
+
+test: $(DEV_STAMP) system-deps
+	$(PY) -m pytest tests
+
+bench: $(DEV_STAMP) system-deps
+	$(PY) -m benchmarks.render_bench
+
+clean:
+	rm -rf $(VENV) outputs build *.egg-info
