@@ -14,7 +14,7 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-from absl import app
+from absl import app, logging
 from ml_collections import config_flags
 
 from data_pipelines.synthetic import make_room
@@ -70,6 +70,7 @@ def run(config) -> pathlib.Path:
 
 def main(argv) -> None:
   del argv
+  logging.set_verbosity(logging.WARNING)  # absl would print JAX's backend probing at INFO
   run(_CONFIG.value)
 
 

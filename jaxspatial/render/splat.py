@@ -261,25 +261,21 @@ def _core(height: int, width: int, splat_radius: int, depth_dependent: bool,
       _render_views, height=height, width=width, splat_radius=splat_radius,
       depth_dependent=depth_dependent, footprint=footprint)
 
-  def render_views_one_by_one(views, points):
-    per_view_cloud = points["xyz"].ndim == 3
-
-    def one(args):
-      view, cloud = args
-      out = render_views(jax.tree.map(lambda x: x[None], view),
-                         cloud if per_view_cloud else points)
-      return jax.tree.map(lambda x: x[0], out)
-
-    return lax.map(one, (views, points if per_view_cloud else None))
+  view_size = (splat_radius + 1 if depth_dependent else 1) * (
+      (height + 2 * splat_radius) * (width + 2 * splat_radius))
 
   @jax.custom_batching.custom_vmap
   def core(views, points):
-    if views["fx"].shape[0] == 1:
+    num_views = views["fx"].shape[0]
+    if num_views == 1:
       return render_views(views, points)
     # On CPU a z-buffer per view stays in cache, and views one after another
-    # beat one scatter into all of them; accelerators want the single scatter.
-    return lax.platform_dependent(views, points, cpu=render_views_one_by_one,
-                                  default=render_views)
+    # beat one scatter into all of them; accelerators want few, large scatters.
+    return lax.platform_dependent(
+        views, points,
+        cpu=functools.partial(_map_over_view_groups, render_views, group_size=1),
+        default=functools.partial(_map_over_view_groups, render_views,
+                                  group_size=_views_per_scatter(num_views, view_size)))
 
   @core.def_vmap
   def fold_batch_into_views(axis_size, in_batched, views, points):
@@ -303,6 +299,28 @@ def _core(height: int, width: int, splat_radius: int, depth_dependent: bool,
     return out, jax.tree.map(lambda _: True, out)
 
   return core
+
+
+MAX_SCATTER_SLOTS = 2 ** 28  # 1 GiB per int32 buffer; also keeps slots inside int32
+
+
+def _views_per_scatter(num_views: int, view_size: int) -> int:
+  """The largest divisor of num_views whose views fit one scatter buffer."""
+  limit = max(1, (MAX_SCATTER_SLOTS - 1) // view_size)
+  return max(d for d in range(1, min(num_views, limit) + 1) if num_views % d == 0)
+
+
+def _map_over_view_groups(render_views, views, points, *, group_size: int) -> Rendered:
+  """Renders V views as V / group_size sequential groups of one flat scatter each."""
+  num_views = views["fx"].shape[0]
+  if group_size == num_views:
+    return render_views(views, points)
+  per_view_cloud = points["xyz"].ndim == 3
+  group = lambda x: x.reshape((num_views // group_size, group_size) + x.shape[1:])
+  grouped = (jax.tree.map(group, views), jax.tree.map(group, points) if per_view_cloud else None)
+  out = lax.map(lambda args: render_views(args[0], points if args[1] is None else args[1]),
+                grouped)
+  return jax.tree.map(lambda x: x.reshape((num_views,) + x.shape[2:]), out)
 
 
 def _render_views(views, points, *, height: int, width: int, splat_radius: int,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -260,3 +262,27 @@ def test_compiles_once_per_bucket():
   render(pad_to_bucket(PointCloud.create(np.ones((65, 3), np.float32)), min_size=64),
          camera, 8, 8)
   assert splat._render_jit._cache_size() == 2
+
+
+def test_view_groups_give_the_same_images(monkeypatch):
+  """Accelerators render big batches as groups of one flat scatter; any grouping is exact."""
+  from jaxspatial.render import splat
+  assert splat._views_per_scatter(12, 100) == 12
+  monkeypatch.setattr(splat, "MAX_SCATTER_SLOTS", 401)
+  assert splat._views_per_scatter(12, 100) == 4
+  assert splat._views_per_scatter(7, 100) == 1
+  xyz, rgb, instance, valid = random_scene(5, 2000)
+  cloud = PointCloud.create(xyz, rgb, valid=valid, instance=instance)
+  cameras = batch_of_cameras(6, seed=5)
+  views, points = splat._core_args(cloud, cameras, (255, 255, 255), 1e-3, None, 6)
+  render_views = functools.partial(splat._render_views, height=H, width=W, splat_radius=1,
+                                   depth_dependent=False, footprint="square")
+  expected = render_batch(cloud, cameras, H, W, splat_radius=1)
+  for group_size in (1, 2, 3, 6):
+    out = jax.jit(functools.partial(splat._map_over_view_groups, render_views,
+                                    group_size=group_size))(views, points)
+    chex.assert_trees_all_equal(out, expected)
+  per_view = stack([cloud] * 6)
+  views, points = splat._core_args(per_view, cameras, (255, 255, 255), 1e-3, None, 6)
+  out = splat._map_over_view_groups(render_views, views, points, group_size=3)
+  chex.assert_trees_all_equal(out, expected)
