@@ -26,8 +26,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from data_pipelines.synthetic import make_room
-from jaxspatial.geometry import Camera, look_at
+from data_pipelines.synthetic import make_room, orbit_cameras
+from jaxspatial.geometry import Camera
 from jaxspatial.render import render, render_batch, splat
 from jaxspatial.render.numpy_reference import render_numpy
 
@@ -51,11 +51,7 @@ def rgbd_batch(cloud, cameras, height, width, radius):
 
 def cameras_in_room(room, num_views: int, width: int, height: int) -> Camera:
   centre = np.array(room.bounds_max) / 2
-  angles = np.linspace(0, 2 * np.pi, num_views, endpoint=False)
-  eyes = np.stack([centre[0] + 2.2 * np.cos(angles), centre[1] + 2.0 * np.sin(angles),
-                   np.full(num_views, 1.8)], 1)
-  targets = np.tile([centre[0], centre[1], 0.5], (num_views, 1))
-  return Camera.from_fov(jnp.full(num_views, 70.0), width, height, look_at(eyes, targets))
+  return orbit_cameras((centre[0], centre[1], 0.5), (2.2, 2.0), 1.8, num_views, width, height)
 
 
 def timed(fn, repeats: int) -> float:

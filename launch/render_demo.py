@@ -12,28 +12,16 @@ import pathlib
 import time
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from absl import app, logging
 from ml_collections import config_flags
 
-from data_pipelines.synthetic import make_room
-from jaxspatial.geometry import Camera, look_at
+from data_pipelines.synthetic import make_room, orbit_cameras
 from jaxspatial.render import render_batch
 from jaxspatial.render.contact_sheet import contact_sheet, depth_to_rgb, instance_to_rgb
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/render_demo.py",
                                           "the demo's config file")
-
-
-def orbit_cameras(centre, radius: float, eye_height: float, num_views: int, width: int,
-                  height: int, hfov_deg: float) -> Camera:
-  """Cameras on a horizontal circle around `centre`, all looking at it."""
-  angles = np.linspace(0, 2 * np.pi, num_views, endpoint=False)
-  eyes = np.stack([centre[0] + radius * np.cos(angles), centre[1] + radius * np.sin(angles),
-                   np.full(num_views, eye_height)], 1)
-  targets = np.tile(np.asarray(centre, np.float32), (num_views, 1))
-  return Camera.from_fov(jnp.full(num_views, hfov_deg), width, height, look_at(eyes, targets))
 
 
 def run(config) -> pathlib.Path:

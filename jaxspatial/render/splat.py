@@ -10,12 +10,12 @@ How it is computed, exactly and without 64-bit mode:
    like the floats) into a z-buffer at its *centre* pixel with scatter-min.
    A second scatter-min of point indices, restricted to the points whose depth
    equals the buffer at their pixel, gives the lowest index among ties.
-   Invalid points go to a sentinel slot with `mode='drop'` semantics, never -1.
+   Dropped points go to a sentinel slot past the image, never to index -1.
 2. A footprint of radius r around centre q covers p exactly when q lies in the
    footprint around p, so the winner at p is the lexicographic (depth, index)
-   minimum over the centre buffers in p's neighbourhood: a min filter over the
-   image, separable for squares, computed from shifted slices. Its cost does
-   not grow with the number of points.
+   minimum over the centre buffers in p's neighbourhood: a separable min
+   filter over the image (a variadic reduce_window). Its cost does not grow
+   with the number of points.
 3. Depth-dependent footprints put points of pixel radius r in layer r of the
    centre buffer (one scatter for all layers) and filter each layer with its
    own radius.

@@ -27,3 +27,14 @@ def test_room_is_deterministic_and_well_formed():
 def test_room_rejects_bad_object_counts():
   with pytest.raises(ValueError, match=r"num_objects must be in \[1, 12\], got 0"):
     make_room(0, 1000, 0)
+
+
+def test_orbit_cameras_look_at_the_target():
+  from data_pipelines.synthetic import orbit_cameras
+  cameras = orbit_cameras((1.0, 2.0, 0.5), (2.0, 1.0), 1.5, 4, 64, 48, hfov_deg=90.0)
+  assert cameras.batch_shape == (4,)
+  np.testing.assert_allclose(cameras.position[1], [1.0, 3.0, 1.5], atol=1e-6)
+  to_target = np.array([1.0, 2.0, 0.5]) - np.asarray(cameras.position)
+  to_target /= np.linalg.norm(to_target, axis=1, keepdims=True)
+  np.testing.assert_allclose(cameras.forward, to_target, atol=1e-6)
+  np.testing.assert_allclose(cameras.fx, 32.0, rtol=1e-6)
