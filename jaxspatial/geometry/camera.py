@@ -109,6 +109,11 @@ class Camera:
     return self.replace(world_from_camera=jnp.asarray(world_from_camera, jnp.float32))
 
 
+def round_half_away(x: Array) -> Array:
+  """Rounds half away from zero (2.5 -> 3, -2.5 -> -3), as C's `round` and Open3D do."""
+  return jnp.where(x >= 0, jnp.floor(x + 0.5), jnp.ceil(x - 0.5))
+
+
 def intrinsics_from_fov(hfov_deg, width: int, height: int):
   """(fx, fy, cx, cy) for square pixels and a horizontal field of view.
 

@@ -34,7 +34,7 @@ import jax.numpy as jnp
 from flax import struct
 from jax import lax
 
-from jaxspatial.geometry.camera import Camera, world_to_camera
+from jaxspatial.geometry.camera import Camera, round_half_away, world_to_camera
 from jaxspatial.geometry.pointcloud import PointCloud, validate_point_cloud
 
 Array = jax.Array
@@ -62,10 +62,6 @@ class Rendered:
   def mask(self) -> Array:
     """Pixels that some point covers."""
     return self.point_index >= 0
-
-
-def _round_half_away(x: Array) -> Array:
-  return jnp.where(x >= 0, jnp.floor(x + 0.5), jnp.ceil(x - 0.5))
 
 
 def _footprint_rectangles(radius: int, footprint: Footprint) -> tuple[tuple[int, int], ...]:
@@ -352,14 +348,14 @@ def _render_views(views, points, *, height: int, width: int, splat_radius: int,
   p_cam = world_to_camera(camera, xyz)  # [(V,) P, 3]
   z = p_cam[..., 2]
   fx = per_view(views["fx"])
-  u = _round_half_away(fx * p_cam[..., 0] / z + per_view(views["cx"])) + pad
-  v = _round_half_away(per_view(views["fy"]) * p_cam[..., 1] / z + per_view(views["cy"])) + pad
+  u = round_half_away(fx * p_cam[..., 0] / z + per_view(views["cx"])) + pad
+  v = round_half_away(per_view(views["fy"]) * p_cam[..., 1] / z + per_view(views["cy"])) + pad
   # Comparisons are false for NaN, so non-finite points are dropped here too.
   keep = (points["valid"] & (z > per_view(views["near"])) & (z < jnp.inf)
           & (u >= 0) & (u < padded_w) & (v >= 0) & (v < padded_h))
   slot = v.astype(jnp.int32) * padded_w + u.astype(jnp.int32)
   if depth_dependent:
-    radius_px = jnp.clip(_round_half_away(fx * points["point_radius"] / z), 0, splat_radius)
+    radius_px = jnp.clip(round_half_away(fx * points["point_radius"] / z), 0, splat_radius)
     slot = slot + radius_px.astype(jnp.int32) * layer_size
   view_offset = 0 if single_view else per_view(jnp.arange(num_views, dtype=jnp.int32) * view_size)
   slot = jnp.where(keep, slot + view_offset, sentinel).reshape(-1)
