@@ -1,0 +1,195 @@
+"""PERIA's interaction tools as pure JAX functions on fixed-shape images.
+
+Every tool takes an image [H, W, 3] uint8 and returns `(image, valid)`. Bad
+arguments never raise inside jit: NaNs become 0, coordinates are clipped to the
+image, and `valid` is False so the environment can report an invalid call.
+
+Coordinates are pixels, x right and y down, in the convention of PIL, which
+PERIA's tool server uses: a crop box `(x0, y0, x1, y1)` is in edge coordinates
+(pixel j spans [j, j + 1), so the crop of an integer box keeps columns
+x0 .. x1 - 1); drawn boxes and points address pixel centres (pixel j is at x = j,
+and a box covers columns x0 .. x1 inclusive, like `ImageDraw.rectangle`). With
+`scale=s`, coordinates are given in [0, s] along each axis instead (1 for
+normalised, 1000 for Qwen-VL's grounding coordinates).
+
+`image_label` draws a filled disc marker with an outline; text is not rendered
+on device: the label's text stays in the episode's text.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+Array = jax.Array
+
+
+def _to_pixels(xy: Array, height: int, width: int, scale: float | None) -> Array:
+  """[..., 2k] coordinates (x, y, x, y, ...) in pixels."""
+  xy = jnp.asarray(xy, jnp.float32)
+  if scale is None:
+    return xy
+  size = jnp.tile(jnp.asarray([width, height], jnp.float32), xy.shape[-1] // 2)
+  return xy / scale * size
+
+
+def _sanitize(xy: Array, low: Array, high: Array) -> tuple[Array, Array]:
+  """NaN -> 0 and clip into [low, high]; valid iff nothing had to change."""
+  finite = jnp.isfinite(xy)
+  fixed = jnp.clip(jnp.where(finite, xy, 0.0), low, high)
+  return fixed, jnp.all(finite) & jnp.all(fixed == xy)
+
+
+def _grid(height: int, width: int) -> tuple[Array, Array]:
+  rows, cols = jnp.meshgrid(jnp.arange(height, dtype=jnp.float32),
+                            jnp.arange(width, dtype=jnp.float32), indexing="ij")
+  return cols, rows  # x, y of every pixel centre
+
+
+def _paint(image: Array, mask: Array, color, alpha: float = 1.0) -> Array:
+  color = jnp.asarray(color, jnp.float32)
+  blended = jnp.round((1.0 - alpha) * image.astype(jnp.float32) + alpha * color)
+  return jnp.where(mask[..., None], blended.astype(jnp.uint8), image)
+
+
+def _check_image(image) -> None:
+  if image.ndim != 3 or image.shape[-1] != 3 or image.dtype != jnp.uint8:
+    raise ValueError(f"image tools: expected an image [H, W, 3] uint8, got "
+                     f"{tuple(image.shape)} {image.dtype}")
+
+
+def image_crop(image: Array, box, out_height: int, out_width: int,
+               scale: float | None = None) -> tuple[Array, Array]:
+  """Crops the box and resizes it to (out_height, out_width) with bilinear sampling.
+
+  A box outside the image is clipped; one thinner than a pixel is widened to one.
+  """
+  _check_image(image)
+  height, width = image.shape[:2]
+  box = _to_pixels(box, height, width, scale)
+  limits_low = jnp.zeros(4)
+  limits_high = jnp.asarray([width, height, width, height], jnp.float32)
+  box, valid = _sanitize(box, limits_low, limits_high)
+  x0, y0, x1, y1 = box
+  valid &= (x1 - x0 >= 1.0) & (y1 - y0 >= 1.0)
+  x1 = jnp.clip(jnp.maximum(x1, x0 + 1.0), 1.0, width)
+  x0 = jnp.minimum(x0, x1 - 1.0)
+  y1 = jnp.clip(jnp.maximum(y1, y0 + 1.0), 1.0, height)
+  y0 = jnp.minimum(y0, y1 - 1.0)
+  # Output pixel j samples the box at edge coordinate x0 + (j + 1/2) (x1 - x0) / out_width,
+  # the pixel-centre coordinate 1/2 less: an unscaled crop copies pixels exactly.
+  xs = x0 + (jnp.arange(out_width) + 0.5) * (x1 - x0) / out_width - 0.5
+  ys = y0 + (jnp.arange(out_height) + 0.5) * (y1 - y0) / out_height - 0.5
+  return _bilinear(image, ys, xs), valid
+
+
+def _bilinear(image: Array, ys: Array, xs: Array) -> Array:
+  height, width = image.shape[:2]
+  ys = jnp.clip(ys, 0.0, height - 1.0)
+  xs = jnp.clip(xs, 0.0, width - 1.0)
+  y_lo = jnp.floor(ys).astype(jnp.int32)
+  x_lo = jnp.floor(xs).astype(jnp.int32)
+  y_hi = jnp.minimum(y_lo + 1, height - 1)
+  x_hi = jnp.minimum(x_lo + 1, width - 1)
+  wy = (ys - y_lo)[:, None, None]
+  wx = (xs - x_lo)[None, :, None]
+  pixels = image.astype(jnp.float32)
+  top = pixels[y_lo][:, x_lo] * (1 - wx) + pixels[y_lo][:, x_hi] * wx
+  bottom = pixels[y_hi][:, x_lo] * (1 - wx) + pixels[y_hi][:, x_hi] * wx
+  return jnp.round(top * (1 - wy) + bottom * wy).astype(jnp.uint8)
+
+
+def _segment_distance(x: Array, y: Array, start: Array, end: Array) -> Array:
+  """Distance from every pixel centre (x, y) to the segment start-end."""
+  d = end - start
+  length2 = jnp.maximum(jnp.dot(d, d), 1e-12)
+  t = jnp.clip(((x - start[0]) * d[0] + (y - start[1]) * d[1]) / length2, 0.0, 1.0)
+  return jnp.hypot(x - (start[0] + t * d[0]), y - (start[1] + t * d[1]))
+
+
+def _point_limits(height: int, width: int, count: int) -> tuple[Array, Array]:
+  high = jnp.tile(jnp.asarray([width - 1.0, height - 1.0]), count)
+  return jnp.zeros(2 * count), high
+
+
+def draw_line(image: Array, start, end, color=(255, 0, 0), thickness: float = 2.0,
+              scale: float | None = None) -> tuple[Array, Array]:
+  """Paints pixels whose centre lies within thickness / 2 of the segment."""
+  _check_image(image)
+  height, width = image.shape[:2]
+  points = _to_pixels(jnp.concatenate([jnp.asarray(start, jnp.float32).reshape(2),
+                                       jnp.asarray(end, jnp.float32).reshape(2)]),
+                      height, width, scale)
+  points, valid = _sanitize(points, *_point_limits(height, width, 2))
+  x, y = _grid(height, width)
+  near = _segment_distance(x, y, points[:2], points[2:]) <= jnp.maximum(thickness, 1.0) / 2
+  return _paint(image, near, color), valid
+
+
+def draw_path(image: Array, points, num_points, color=(255, 0, 0), thickness: float = 2.0,
+              scale: float | None = None) -> tuple[Array, Array]:
+  """A polyline through the first `num_points` of points [K, 2]; needs at least 2."""
+  _check_image(image)
+  height, width = image.shape[:2]
+  points = jnp.asarray(points, jnp.float32)
+  count = points.shape[0]
+  num_points = jnp.asarray(num_points, jnp.int32)
+  flat = _to_pixels(points.reshape(-1), height, width, scale)
+  used = jnp.repeat(jnp.arange(count) < num_points, 2)
+  fixed, _ = _sanitize(flat, *_point_limits(height, width, count))
+  # Only the points in use count towards validity.
+  valid = jnp.all(jnp.where(used, jnp.isfinite(flat) & (fixed == flat), True))
+  valid &= (num_points >= 2) & (num_points <= count)
+  fixed = fixed.reshape(count, 2)
+  x, y = _grid(height, width)
+  half = jnp.maximum(thickness, 1.0) / 2
+  near = jnp.zeros((height, width), bool)
+  for k in range(count - 1):
+    segment = _segment_distance(x, y, fixed[k], fixed[k + 1]) <= half
+    near |= segment & (k + 1 < num_points)
+  return _paint(image, near, color), valid
+
+
+def _box_pixels(box, height: int, width: int, scale: float | None):
+  box = _to_pixels(jnp.asarray(box, jnp.float32).reshape(4), height, width, scale)
+  box, valid = _sanitize(box, *_point_limits(height, width, 2))
+  x0, y0, x1, y1 = box
+  valid &= (x1 >= x0) & (y1 >= y0)
+  return jnp.minimum(x0, x1), jnp.minimum(y0, y1), jnp.maximum(x0, x1), jnp.maximum(y0, y1), valid
+
+
+def bounding_box(image: Array, box, color=(255, 0, 0), thickness: float = 2.0,
+                 scale: float | None = None) -> tuple[Array, Array]:
+  """The outline of the box (x0, y0, x1, y1), `thickness` pixels wide, drawn inward."""
+  _check_image(image)
+  height, width = image.shape[:2]
+  x0, y0, x1, y1, valid = _box_pixels(box, height, width, scale)
+  x, y = _grid(height, width)
+  inside = (x >= x0 - 0.5) & (x <= x1 + 0.5) & (y >= y0 - 0.5) & (y <= y1 + 0.5)
+  t = jnp.maximum(thickness, 1.0)
+  core = (x > x0 - 0.5 + t) & (x < x1 + 0.5 - t) & (y > y0 - 0.5 + t) & (y < y1 + 0.5 - t)
+  return _paint(image, inside & ~core, color), valid
+
+
+def image_highlight(image: Array, box, color=(255, 255, 0), alpha: float = 0.4,
+                    scale: float | None = None) -> tuple[Array, Array]:
+  """Blends `color` over the box with opacity alpha."""
+  _check_image(image)
+  height, width = image.shape[:2]
+  x0, y0, x1, y1, valid = _box_pixels(box, height, width, scale)
+  x, y = _grid(height, width)
+  inside = (x >= x0 - 0.5) & (x <= x1 + 0.5) & (y >= y0 - 0.5) & (y <= y1 + 0.5)
+  return _paint(image, inside, color, alpha), valid
+
+
+def image_label(image: Array, point, color=(255, 0, 0), radius: float = 6.0,
+                outline=(255, 255, 255), scale: float | None = None) -> tuple[Array, Array]:
+  """A filled disc of `radius` pixels at the point, ringed by a 1-pixel outline."""
+  _check_image(image)
+  height, width = image.shape[:2]
+  point = _to_pixels(jnp.asarray(point, jnp.float32).reshape(2), height, width, scale)
+  point, valid = _sanitize(point, *_point_limits(height, width, 1))
+  x, y = _grid(height, width)
+  distance = jnp.hypot(x - point[0], y - point[1])
+  image = _paint(image, distance <= radius + 1.0, outline)
+  return _paint(image, distance <= radius, color), valid
