@@ -40,6 +40,7 @@ test: $(DEV_STAMP) system-deps
 
 bench: $(DEV_STAMP) system-deps
 	$(PY) -m benchmarks.render_bench
+	$(PY) -m benchmarks.env_bench
 
 clean:
 	rm -rf $(VENV) outputs build *.egg-info

@@ -218,3 +218,25 @@ def test_absolute_parameterization(room_task):
   _, unchanged, _, _, info = act3d.step(jax.random.key(0), state, same, params)
   assert bool(info["invalid"])
   chex.assert_trees_all_equal(unchanged, state)
+
+
+def test_host_environment_agrees_with_the_jax_environment(room_task):
+  """The benchmark's numpy baseline steps like the JAX env (same states, same images)."""
+  from jaxspatial.envs.act3d_host import Act3DHostEnv
+  room, task = room_task
+  params = Act3DParams(width=64, height=48)
+  _, state = act3d.reset(jax.random.key(0), task, params)
+  host = Act3DHostEnv(room.cloud.xyz, room.cloud.rgb, room.bounds_min, room.bounds_max,
+                      state.position, state.forward, params)
+  rng = np.random.default_rng(1)
+  for _ in range(10):
+    primitive = int(rng.integers(0, 10))
+    distance = float(rng.uniform(0.3, 5.0) * (30 if primitive >= 6 else 1))
+    obs, state, *_ = act3d.step(jax.random.key(0), state,
+                                Act3DAction.navigate(act3d.PRIMITIVES[primitive], distance),
+                                params)
+    image, position, forward, _ = host.step(primitive, distance)
+    np.testing.assert_allclose(state.position, position, atol=1e-4)
+    np.testing.assert_allclose(state.forward, forward, atol=1e-5)
+    # Renderers agree up to pixels whose point sits on a rounding boundary.
+    assert (np.asarray(obs.image) != image).any(axis=-1).mean() < 0.01
