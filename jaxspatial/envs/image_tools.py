@@ -150,35 +150,34 @@ def draw_path(image: Array, points, num_points, color=(255, 0, 0), thickness: fl
   return _paint(image, near, color), valid
 
 
-def _box_pixels(box, height: int, width: int, scale: float | None):
+def _box_masks(image: Array, box, thickness: float, scale: float | None):
+  """(inside, core, valid): pixels of the box (x0..x1 inclusive) and those more than
+  `thickness` pixels inside its border."""
+  _check_image(image)
+  height, width = image.shape[:2]
   box = _to_pixels(jnp.asarray(box, jnp.float32).reshape(4), height, width, scale)
   box, valid = _sanitize(box, *_point_limits(height, width, 2))
-  x0, y0, x1, y1 = box
-  valid &= (x1 >= x0) & (y1 >= y0)
-  return jnp.minimum(x0, x1), jnp.minimum(y0, y1), jnp.maximum(x0, x1), jnp.maximum(y0, y1), valid
+  valid &= (box[2] >= box[0]) & (box[3] >= box[1])
+  x0, x1 = jnp.minimum(box[0], box[2]) - 0.5, jnp.maximum(box[0], box[2]) + 0.5
+  y0, y1 = jnp.minimum(box[1], box[3]) - 0.5, jnp.maximum(box[1], box[3]) + 0.5
+  x, y = _grid(height, width)
+  inside = (x >= x0) & (x <= x1) & (y >= y0) & (y <= y1)
+  t = jnp.maximum(thickness, 1.0)
+  core = (x > x0 + t) & (x < x1 - t) & (y > y0 + t) & (y < y1 - t)
+  return inside, core, valid
 
 
 def bounding_box(image: Array, box, color=(255, 0, 0), thickness: float = 2.0,
                  scale: float | None = None) -> tuple[Array, Array]:
   """The outline of the box (x0, y0, x1, y1), `thickness` pixels wide, drawn inward."""
-  _check_image(image)
-  height, width = image.shape[:2]
-  x0, y0, x1, y1, valid = _box_pixels(box, height, width, scale)
-  x, y = _grid(height, width)
-  inside = (x >= x0 - 0.5) & (x <= x1 + 0.5) & (y >= y0 - 0.5) & (y <= y1 + 0.5)
-  t = jnp.maximum(thickness, 1.0)
-  core = (x > x0 - 0.5 + t) & (x < x1 + 0.5 - t) & (y > y0 - 0.5 + t) & (y < y1 + 0.5 - t)
+  inside, core, valid = _box_masks(image, box, thickness, scale)
   return _paint(image, inside & ~core, color), valid
 
 
 def image_highlight(image: Array, box, color=(255, 255, 0), alpha: float = 0.4,
                     scale: float | None = None) -> tuple[Array, Array]:
   """Blends `color` over the box with opacity alpha."""
-  _check_image(image)
-  height, width = image.shape[:2]
-  x0, y0, x1, y1, valid = _box_pixels(box, height, width, scale)
-  x, y = _grid(height, width)
-  inside = (x >= x0 - 0.5) & (x <= x1 + 0.5) & (y >= y0 - 0.5) & (y <= y1 + 0.5)
+  inside, _, valid = _box_masks(image, box, 1.0, scale)
   return _paint(image, inside, color, alpha), valid
 
 
