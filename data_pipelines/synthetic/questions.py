@@ -1,19 +1,19 @@
 """Templated spatial questions whose answers are computed from the scene's geometry.
 
 Every view direction is read in the horizontal plane (+z up): a camera's forward
-axis projected on the floor, and its right axis. "Left of A from view k" means: the
-object lies on the left of A as seen by camera k. A question is only asked when its
+axis projected on the floor, and its right axis. "To the left of A from view k"
+means: the object lies on the left of A as seen by camera k. A question is only asked when its
 answer is unambiguous: the answer's direction lies well inside its sector (within
 `SECTOR_MARGIN_DEG` of the axis) and every distractor lies clearly outside it.
 
 Families (all multiple choice with 2 to 5 options, one correct, except `open_direction`):
-  relative_direction  what is left / right / in front of / behind A, from view k
+  relative_direction  what is to the left of / right of / in front of / behind A, from view k
   visible_after_turn  after turning left / right / around at view k, which object is in view
   closest             which object is closest to A
   count               how many objects of a kind are in the room
   camera_motion       between two views, did the camera move left or right (BLINK-style)
   route               which way to turn at view k to face A
-  open_direction      what is left of A (a short open answer, Act3D-style)
+  open_direction      what is to the left of A (a short open answer, Act3D-style)
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ LETTERS = "ABCDE"
 SECTOR_MARGIN_DEG = 30.0   # the answer within 30 degrees of its axis (sectors are 90 wide)
 DISTRACTOR_GAP_DEG = 60.0  # distractors at least 60 degrees away from the asked axis
 VISIBLE_PIXELS = 12        # an object is visible when it wins this many pixels of a view
-DIRECTIONS = {"right": 90.0, "left": -90.0, "in front of": 0.0, "behind": 180.0}
+DIRECTIONS = {"to the right of": 90.0, "to the left of": -90.0, "in front of": 0.0,
+              "behind": 180.0}
 FAMILIES = ("relative_direction", "visible_after_turn", "closest", "count", "camera_motion",
             "route", "open_direction")
 
@@ -218,7 +219,8 @@ def turned_camera(cameras: Camera, view: int, angle_deg: float) -> Camera:
 
 def make_questions(room: Room, cameras: Camera, instance_VxHxW: np.ndarray, seed: int,
                    families=FAMILIES, height: int | None = None, width: int | None = None,
-                   pair: tuple[int, int] | None = None) -> list[SpatialQuestion]:
+                   pair: tuple[int, int] | None = None,
+                   render_options: dict | None = None) -> list[SpatialQuestion]:
   """One question per family (where one can be made) about the room and its views."""
   rng = np.random.default_rng(seed)
   maker = QuestionMaker(room, cameras, instance_VxHxW, rng)
@@ -229,7 +231,7 @@ def make_questions(room: Room, cameras: Camera, instance_VxHxW: np.ndarray, seed
   def render_turn(view: int, angle: float) -> set[int]:
     camera = turned_camera(cameras, view, angle)
     batch = jax.tree.map(lambda x: x[None], camera)
-    out = render_batch(room.cloud, batch, height, width, splat_radius=1)
+    out = render_batch(room.cloud, batch, height, width, **(render_options or {}))
     return visible_objects(np.asarray(out.instance[0]))
 
   questions = []

@@ -35,7 +35,9 @@ class SampleConfig:
   width: int = 160
   height: int = 120
   hfov_deg: float = 70.0
-  splat_radius: int = 1
+  # Depth-dependent splats close the gaps between sparse points near the camera.
+  point_radius: float = 0.03
+  splat_radius: int = 3
   families: tuple[str, ...] = FAMILIES
 
 
@@ -68,8 +70,15 @@ def make_rig(rig: str, room: Room, rng: np.random.Generator, config: SampleConfi
   if rig in ("around", "among", "pair"):
     views, step = {"around": (3, 45.0), "among": (4, 90.0), "pair": (2, 30.0)}[rig]
     step *= rng.choice([-1.0, 1.0])
-    return arc_rig((centre[0], centre[1], 0.4), 2.2, 1.5, rng.uniform(0, 360), step, views,
-                   *args)
+    # Keep every camera inside the room (outside, a wall's back would fill the view).
+    for attempt in range(64):
+      radius = 2.2 * (0.97 ** attempt)
+      start = rng.uniform(0, 360)
+      angles = np.deg2rad(start + step * np.arange(views))
+      eyes = centre[:2] + radius * np.stack([np.cos(angles), np.sin(angles)], 1)
+      if ((eyes > 0.3) & (eyes < size[:2] - 0.3)).all():
+        break
+    return arc_rig((centre[0], centre[1], 0.4), radius, 1.5, start, step, views, *args)
   if rig == "sweep":
     return orbit_cameras((size[0] / 2, size[1] / 2, 0.6), (size[0] / 2 - 0.5, size[1] / 2 - 0.5),
                          1.6, 8, *args)
@@ -89,9 +98,11 @@ def make_sample(split: str, index: int, rig: str | None = None,
   room = make_room(seed, config.num_points, num_objects=num_objects)
   cameras = make_rig(rig, room, rng, config)
   views = render_batch(room.cloud, cameras, config.height, config.width,
-                       splat_radius=config.splat_radius)
+                       splat_radius=config.splat_radius, point_radius=config.point_radius)
   instance = np.asarray(views.instance)
   pair = (0, 1) if rig == "pair" else None
-  questions = make_questions(room, cameras, instance, seed, config.families, pair=pair)
+  questions = make_questions(room, cameras, instance, seed, config.families, pair=pair,
+                             render_options={"splat_radius": config.splat_radius,
+                                             "point_radius": config.point_radius})
   return Sample(seed, rig, room, cameras, np.asarray(views.rgb), np.asarray(views.depth),
                 instance, tuple(questions))

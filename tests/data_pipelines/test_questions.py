@@ -36,13 +36,13 @@ def pixels_of(sample, view, instance):
 
 
 def check_direction(sample, q):
-  words = q.question.split("?")[0].split("what is ")[1].split(" the ")
-  word, ref_name = words[0], words[1]
+  word, ref_name = q.question.split("?")[0].split("what is ")[1].rsplit(" the ", 1)
   ref = np.asarray(by_name(sample, ref_name).centre)
   answer = np.asarray(by_name(sample, q.answer_text).centre)
   _, right, forward = camera_axes(sample, q.views[0])
   x, y = (answer - ref) @ right, (answer - ref) @ forward
-  expected = {"left": -x > abs(y), "right": x > abs(y), "in front of": y > abs(x),
+  expected = {"to the left of": -x > abs(y), "to the right of": x > abs(y),
+              "in front of": y > abs(x),
               "behind": -y > abs(x)}[word]
   assert expected, (q.question, q.answer_text, x, y)
 
