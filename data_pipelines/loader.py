@@ -1,0 +1,113 @@
+"""Scene examples from an ArrayRecord data source into batches of padded `Task`s, with grain.
+
+    source = SyntheticSpatial(data_dir=..., config="tiny").as_data_source()["train"]
+    for tasks, meta in task_batches(source, batch_size=8, seed=0):
+        ...  # tasks: Task with a leading batch axis of numpy arrays
+
+One task per question; a scene with Q questions yields Q tasks. Text is stored as
+UTF-8 byte ids (`encode_text`) until a policy tokenizer is plugged in: byte ids are
+a lossless tokenisation every tokenizer can re-encode from (`decode_text`).
+"""
+
+from __future__ import annotations
+
+import json
+
+import grain
+import numpy as np
+
+from data_pipelines.synthetic.questions import FAMILIES, LETTERS
+from jaxspatial.envs import Task
+from jaxspatial.geometry import Camera, PointCloud, bucket_size
+
+MAX_VIEWS = 8
+MAX_QUESTION_BYTES = 384
+MAX_ANSWER_BYTES = 32
+MAX_ANSWER_OBJECTS = 4
+MAX_QUESTIONS_PER_SCENE = 16
+
+
+def encode_text(text: str, length: int) -> np.ndarray:
+  """UTF-8 bytes as int32 ids, padded with -1; raises if the text is longer."""
+  data = np.frombuffer(text.encode("utf-8"), np.uint8).astype(np.int32)
+  if len(data) > length:
+    raise ValueError(f"encode_text: {len(data)} bytes, more than the padded length {length}: "
+                     f"{text[:60]!r}...")
+  out = np.full(length, -1, np.int32)
+  out[: len(data)] = data
+  return out
+
+
+def decode_text(ids) -> str:
+  ids = np.asarray(ids)
+  return bytes(ids[ids >= 0].astype(np.uint8).tolist()).decode("utf-8")
+
+
+def _pad(array: np.ndarray, length: int, fill) -> np.ndarray:
+  widths = [(0, length - len(array))] + [(0, 0)] * (array.ndim - 1)
+  return np.pad(array, widths, constant_values=fill)
+
+
+def scene_tasks(example: dict, max_views: int = MAX_VIEWS) -> list[tuple[Task, dict]]:
+  """Every question of one decoded scene example as (Task of numpy arrays, metadata)."""
+  num_points = len(example["xyz"])
+  size = bucket_size(num_points)
+  cloud = PointCloud(xyz=_pad(example["xyz"], size, 0.0), rgb=_pad(example["rgb"], size, 0),
+                     valid=_pad(np.ones(num_points, bool), size, False),
+                     instance=_pad(example["instance"], size, -1))
+  views = len(example["world_from_camera"])
+  if not 1 <= views <= max_views:
+    raise ValueError(f"scene {example['scene_seed']}: {views} views, expected 1..{max_views}")
+  take = np.minimum(np.arange(max_views), views - 1)  # pad by repeating the last view
+  intrinsics = example["intrinsics"][take]
+  cameras = Camera(fx=intrinsics[:, 0], fy=intrinsics[:, 1], cx=intrinsics[:, 2],
+                   cy=intrinsics[:, 3], world_from_camera=example["world_from_camera"][take])
+  questions = json.loads(example["questions"])
+  if len(questions) > MAX_QUESTIONS_PER_SCENE:
+    raise ValueError(f"scene {example['scene_seed']}: {len(questions)} questions, more than "
+                     f"{MAX_QUESTIONS_PER_SCENE}")
+  out = []
+  for q in questions:
+    initial = q["initial_view"]
+    task = Task(
+        cloud=cloud, input_cameras=cameras, num_input_cameras=np.int32(views),
+        scene_min=example["scene_min"], scene_max=example["scene_max"],
+        question_ids=encode_text(q["question"], MAX_QUESTION_BYTES),
+        answer_ids=encode_text(q["answer_text"], MAX_ANSWER_BYTES),
+        answer_choice=np.int32(LETTERS.index(q["answer"]) if q["options"] else -1),
+        answer_objects=_pad(np.asarray(q["answer_objects"], np.int32)[:MAX_ANSWER_OBJECTS],
+                            MAX_ANSWER_OBJECTS, -1),
+        initial_camera=Camera(fx=intrinsics[initial, 0], fy=intrinsics[initial, 1],
+                              cx=intrinsics[initial, 2], cy=intrinsics[initial, 3],
+                              world_from_camera=example["world_from_camera"][initial]))
+    meta = {"scene_seed": np.int64(example["scene_seed"]),
+            "family": np.int32(FAMILIES.index(q["family"])),
+            "needs_exploration": np.bool_(q["needs_exploration"])}
+    out.append((task, meta))
+  return out
+
+
+class SceneToTasks(grain.experimental.FlatMapTransform):
+  max_fan_out = MAX_QUESTIONS_PER_SCENE
+
+  def flat_map(self, element):
+    return scene_tasks(element)
+
+
+def _stack(items):
+  import jax  # pylint: disable=import-outside-toplevel
+  return jax.tree.map(lambda *xs: np.stack(xs), *items)
+
+
+def task_batches(source, batch_size: int, seed: int = 0, shuffle: bool = True,
+                 num_epochs: int | None = 1, drop_remainder: bool = True) -> grain.IterDataset:
+  """A grain pipeline: scenes (shuffled by seed) -> tasks -> batches of (Task, meta).
+
+  The same seed gives the same batches. num_epochs None repeats forever.
+  """
+  dataset = grain.MapDataset.source(source)
+  if shuffle:
+    dataset = dataset.shuffle(seed=seed)
+  dataset = dataset.repeat(num_epochs)
+  tasks = grain.experimental.FlatMapIterDataset(dataset.to_iter_dataset(), SceneToTasks())
+  return tasks.batch(batch_size, drop_remainder=drop_remainder, batch_fn=_stack)
