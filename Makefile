@@ -11,9 +11,9 @@ DEV_STAMP := $(VENV)/.dev-installed
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-# The runtime set: enough for the library and the demo.
+# The runtime set with the data tools (TFDS, grain, open3d): the library and the demo.
 $(RUNTIME_STAMP): pyproject.toml constraints.txt | $(PY)
-	$(PIP) -e .
+	$(PIP) -e '.[data]'
 	touch $@
 
 # Everything: runtime, data (open3d, tfds, grain) and the test tools (pytest, torch CPU).
@@ -32,7 +32,10 @@ system-deps:
 	  fi; \
 	fi
 
-demo: $(RUNTIME_STAMP)
+# Until the training job exists: build the tiny dataset, show samples, render a room.
+demo: $(RUNTIME_STAMP) system-deps
+	$(PY) -m launch.build_data --config tiny --data-dir outputs/data
+	$(PY) -m launch.show_samples --count 6 --out outputs/samples.png
 	$(PY) -m launch.render_demo --config configs/render_demo.py
 
 test: $(DEV_STAMP) system-deps
@@ -41,6 +44,7 @@ test: $(DEV_STAMP) system-deps
 bench: $(DEV_STAMP) system-deps
 	$(PY) -m benchmarks.render_bench
 	$(PY) -m benchmarks.env_bench
+	$(PY) -m benchmarks.data_bench
 
 clean:
 	rm -rf $(VENV) outputs build *.egg-info
