@@ -81,8 +81,9 @@ def _sizes(kind: str, rng) -> tuple[float, float, float]:
 
 
 def make_room(seed: int, num_points: int = 200_000, num_objects: int = 6,
-              size=(6.0, 5.0, 3.0)) -> Room:
-  """Samples a room with `num_objects` non-overlapping objects on the floor."""
+              size=(6.0, 5.0, 3.0), clutter: int = 0) -> Room:
+  """Samples a room with `num_objects` non-overlapping objects on the floor, plus
+  `clutter` small grey boxes (instance -1, never named in questions) that occlude."""
   if not 1 <= num_objects <= 12:
     raise ValueError(f"make_room: num_objects must be in [1, 12], got {num_objects}")
   rng = np.random.default_rng(seed)
@@ -133,6 +134,16 @@ def make_room(seed: int, num_points: int = 200_000, num_objects: int = 6,
                       for o in objects])
   counts = np.floor(object_points * volumes / volumes.sum()).astype(int)
   counts[-1] += object_points - counts.sum()
+  clutter_rng = np.random.default_rng([seed, 1])  # clutter leaves the main scene unchanged
+  for _ in range(clutter):
+    side = clutter_rng.uniform(0.15, 0.35)
+    centre = (clutter_rng.uniform(0.3, width - 0.3), clutter_rng.uniform(0.3, depth - 0.3),
+              side / 2)
+    xyz, normal = shapes.box_surface(clutter_rng, centre, (side, side, side),
+                                     clutter_rng.uniform(0, np.pi), max(num_points // 200, 50))
+    parts_xyz.append(xyz)
+    parts_rgb.append(_shade((120, 120, 125), normal, clutter_rng))
+    parts_instance.append(np.full(len(xyz), -1, np.int32))
   for obj, n in zip(objects, counts):
     kind = obj.name.split(" ", 1)[1]
     xyz, normal = _object_surface(kind, rng, obj.centre, obj.size, obj.yaw, int(n))

@@ -39,6 +39,8 @@ class SampleConfig:
   point_radius: float = 0.03
   splat_radius: int = 3
   families: tuple[str, ...] = FAMILIES
+  clutter: int = 0                 # small unnamed boxes that occlude
+  exploration_only: bool = False   # keep only questions whose answer is not in the first view
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,7 +97,7 @@ def make_sample(split: str, index: int, rig: str | None = None,
   rng = np.random.default_rng(seed)
   rig = rig or RIGS[int(rng.integers(len(RIGS)))]
   num_objects = int(rng.integers(config.min_objects, config.max_objects + 1))
-  room = make_room(seed, config.num_points, num_objects=num_objects)
+  room = make_room(seed, config.num_points, num_objects=num_objects, clutter=config.clutter)
   cameras = make_rig(rig, room, rng, config)
   views = render_batch(room.cloud, cameras, config.height, config.width,
                        splat_radius=config.splat_radius, point_radius=config.point_radius)
@@ -104,5 +106,7 @@ def make_sample(split: str, index: int, rig: str | None = None,
   questions = make_questions(room, cameras, instance, seed, config.families, pair=pair,
                              render_options={"splat_radius": config.splat_radius,
                                              "point_radius": config.point_radius})
+  if config.exploration_only:
+    questions = [q for q in questions if q.needs_exploration]
   return Sample(seed, rig, room, cameras, np.asarray(views.rgb), np.asarray(views.depth),
                 instance, tuple(questions))

@@ -1,6 +1,7 @@
 """The TFDS ArrayRecord builder and the grain loader into padded Task batches."""
 
 import json
+import pathlib
 
 import jax
 import numpy as np
@@ -43,6 +44,11 @@ def test_builder_writes_array_record_and_decodes_without_tensorflow(tiny):
   seeds = {split: {int(sources[split][i]["scene_seed"]) for i in range(len(sources[split]))}
            for split in sources}
   assert not seeds["train"] & seeds["test"] and not seeds["train"] & seeds["validation"]
+  # tfds.data_source reads the prepared folder by name, as users do.
+  import tensorflow_datasets as tfds
+  root = pathlib.Path(tiny.data_dir).parents[2]  # <root>/synthetic_spatial/tiny/1.0.0
+  source = tfds.data_source("synthetic_spatial/tiny", data_dir=str(root), split="test")
+  assert len(source) == 16
 
 
 def test_grain_batches_of_tasks(tiny):

@@ -130,3 +130,19 @@ def test_rigs_have_the_benchmark_shapes(samples):
   for s in samples:
     assert s.rgb.shape[1:] == (72, 96, 3) and s.depth.shape == s.rgb.shape[:3]
     assert jax.tree.leaves(s.cameras)[0].shape[0] == len(s.rgb)
+
+
+def test_difficulty_controls():
+  hard = SampleConfig(num_points=30_000, width=96, height=72, clutter=6, exploration_only=True,
+                      min_objects=8, max_objects=8)
+  samples = [make_sample("validation", i, "single", hard) for i in range(4)]
+  assert all(len(s.room.objects) == 8 for s in samples)
+  questions = [q for s in samples for q in s.questions]
+  assert questions and all(q.needs_exploration for q in questions)
+  plain = make_sample("validation", 0, "single", SampleConfig(num_points=30_000, width=96,
+                                                              height=72, min_objects=8,
+                                                              max_objects=8))
+  cluttered = samples[0].room.cloud
+  # Clutter adds unnamed points and leaves the named objects where they were.
+  assert cluttered.num_points > plain.room.cloud.num_points
+  assert samples[0].room.objects == plain.room.objects
