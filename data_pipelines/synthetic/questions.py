@@ -8,7 +8,8 @@ answer is unambiguous: the answer's direction lies well inside its sector (withi
 
 Families (all multiple choice with 2 to 5 options, one correct, except `open_direction`):
   relative_direction  what is to the left of / right of / in front of / behind A, from view k
-  visible_after_turn  after turning left / right / around at view k, which object is in view
+  visible_after_turn  after turning left / right / around, or walking forward, at view k,
+                      which object comes into view
   closest             which object is closest to A
   count               how many objects of a kind are in the room
   camera_motion       between two views, did the camera move left or right (BLINK-style)
@@ -31,6 +32,7 @@ LETTERS = "ABCDE"
 SECTOR_MARGIN_DEG = 30.0   # the answer within 30 degrees of its axis (sectors are 90 wide)
 DISTRACTOR_GAP_DEG = 60.0  # distractors at least 60 degrees away from the asked axis
 VISIBLE_PIXELS = 12        # an object is visible when it wins this many pixels of a view
+WALK_M = 1.5               # "walk forward" in visible_after_turn
 DIRECTIONS = {"to the right of": 90.0, "to the left of": -90.0, "in front of": 0.0,
               "behind": 180.0}
 FAMILIES = ("relative_direction", "visible_after_turn", "closest", "count", "camera_motion",
@@ -177,19 +179,25 @@ class QuestionMaker:
               [w for w in words if w != word], [target.instance], [view], view)
     return None
 
-  def visible_after_turn(self, view: int, render_turn):
+  def visible_after_turn(self, view: int, render_moved):
+    """After turning (right, left, around) or walking forward: which object comes into view."""
     position, forward, _ = horizontal_frame(self.cameras, view)
-    turns = [("right", -90.0), ("left", 90.0), ("around", 180.0)]
-    for k in self.rng.permutation(len(turns)):
-      word, angle = turns[k]
-      seen = render_turn(view, angle)
+    ahead = position + WALK_M * forward
+    can_walk = bool(np.all(ahead[:2] > 0.3) and np.all(ahead[:2] < np.asarray(
+        self.room.bounds_max[:2]) - 0.3))
+    moves = [("turn 90 degrees to the right", -90.0, 0.0),
+             ("turn 90 degrees to the left", 90.0, 0.0), ("turn around", 180.0, 0.0)]
+    if can_walk:
+      moves.append((f"walk {WALK_M:g} m forward", 0.0, WALK_M))
+    for k in self.rng.permutation(len(moves)):
+      words, angle, walk = moves[k]
+      seen = render_moved(view, angle, walk)
       new = [o for o in self.nameable if o.instance in seen - self.visible[view]]
       unseen = [o for o in self.nameable if o.instance not in seen]
       if new and unseen:
         answer = new[self.rng.integers(len(new))]
-        turn = "turn around" if word == "around" else f"turn 90 degrees to the {word}"
         return self._mc("visible_after_turn",
-                        f"Standing where view {view + 1} was taken, if you {turn}, which of "
+                        f"Standing where view {view + 1} was taken, if you {words}, which of "
                         "these will you see?", answer.name, [o.name for o in unseen],
                         [answer.instance], [view], view)
     return None
@@ -208,12 +216,15 @@ class QuestionMaker:
                     [first, second], first)
 
 
-def turned_camera(cameras: Camera, view: int, angle_deg: float) -> Camera:
-  """View `view` turned about world +z by angle_deg (positive = left, counter-clockwise)."""
+def moved_camera(cameras: Camera, view: int, angle_deg: float, walk_m: float = 0.0) -> Camera:
+  """View `view` turned about world +z by angle_deg (positive = left, counter-clockwise),
+  then moved walk_m along its level forward direction."""
   single = jax.tree.map(lambda x: x[view], cameras)
   rotation = np.asarray(rotation_about_axis([0.0, 0.0, 1.0], np.deg2rad(angle_deg)))
   pose = np.asarray(single.world_from_camera).copy()
   pose[:3, :3] = rotation @ pose[:3, :3]
+  level = pose[:3, 2] * np.array([1.0, 1.0, 0.0])
+  pose[:3, 3] += walk_m * level / max(np.linalg.norm(level), 1e-9)
   return single.with_pose(pose)
 
 
@@ -228,8 +239,8 @@ def make_questions(room: Room, cameras: Camera, instance_VxHxW: np.ndarray, seed
   height = height or instance_VxHxW.shape[1]
   width = width or instance_VxHxW.shape[2]
 
-  def render_turn(view: int, angle: float) -> set[int]:
-    camera = turned_camera(cameras, view, angle)
+  def render_moved(view: int, angle: float, walk: float) -> set[int]:
+    camera = moved_camera(cameras, view, angle, walk)
     batch = jax.tree.map(lambda x: x[None], camera)
     out = render_batch(room.cloud, batch, height, width, **(render_options or {}))
     return visible_objects(np.asarray(out.instance[0]))
@@ -242,7 +253,7 @@ def make_questions(room: Room, cameras: Camera, instance_VxHxW: np.ndarray, seed
         continue
       q = maker.camera_motion(*pair)
     elif family == "visible_after_turn":
-      q = maker.visible_after_turn(view, render_turn)
+      q = maker.visible_after_turn(view, render_moved)
     else:
       q = getattr(maker, family)(view)
     if q is not None:

@@ -6,7 +6,7 @@ import jax
 import numpy as np
 import pytest
 
-from data_pipelines.synthetic.questions import LETTERS, VISIBLE_PIXELS, turned_camera
+from data_pipelines.synthetic.questions import LETTERS, VISIBLE_PIXELS, moved_camera
 from data_pipelines.synthetic.samples import RIGS, SampleConfig, make_sample, scene_seed
 from jaxspatial.geometry import project
 
@@ -81,9 +81,11 @@ def test_answers_are_geometrically_right(samples):
         assert ((b - a) @ right > 0) == (q.answer_text == "right")
       elif q.family == "visible_after_turn":
         target = by_name(sample, q.answer_text)
-        angle = {"right": -90.0, "left": 90.0}.get(q.question.split("to the ")[-1].split(",")[0],
-                                                    180.0)
-        camera = turned_camera(sample.cameras, q.views[0], angle)
+        action = q.question.split("if you ")[1].split(",")[0]
+        angle, walk = {"turn 90 degrees to the right": (-90.0, 0.0),
+                       "turn 90 degrees to the left": (90.0, 0.0), "turn around": (180.0, 0.0),
+                       "walk 1.5 m forward": (0.0, 1.5)}[action]
+        camera = moved_camera(sample.cameras, q.views[0], angle, walk)
         points = np.asarray(sample.room.cloud.xyz)[np.asarray(sample.room.cloud.instance)
                                                     == target.instance]
         u, v, z = (np.asarray(t) for t in project(camera, points))
