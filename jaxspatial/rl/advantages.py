@@ -70,27 +70,43 @@ def discounted_returns(step_rewards_PxGxT: Array, valid_PxGxT: Array, gamma: flo
 
 
 def lcs_length(a_ids: Array, a_len: Array, b_ids: Array, b_len: Array) -> Array:
-  """Longest common subsequence of a[:a_len] and b[:b_len] (token ids), by dynamic
-  programming over rows; jit and vmap friendly."""
+  """Longest common subsequence of a[:a_len] and b[:b_len] (token ids).
+
+  Bit-parallel (Crochemore et al. 2001): b's positions are bits of a few uint32 words;
+  for each token of a, with M the bits where b equals it and U = V & M,
+  V <- (V + U) | (V - U), and the LCS is the number of zero bits of V within b_len.
+  La sequential steps of a few word operations instead of La * Lb table cells; the
+  multi-word addition carries by hand (no 64-bit mode). Tokens past a length never match.
+  """
   a_ids, b_ids = jnp.asarray(a_ids), jnp.asarray(b_ids)
-  len_b = b_ids.shape[0]
-  b_valid = jnp.arange(len_b) < b_len
+  len_a, len_b = a_ids.shape[0], b_ids.shape[0]
+  words = max(1, -(-len_b // 32))
+  padded_b = jnp.pad(b_ids, (0, words * 32 - len_b))
+  b_valid = jnp.arange(words * 32) < b_len
+  a_valid = jnp.arange(len_a) < a_len
+  equal = (a_ids[:, None] == padded_b[None, :]) & b_valid[None, :] & a_valid[:, None]
+  powers = jnp.left_shift(jnp.uint32(1), jnp.arange(32, dtype=jnp.uint32))
+  match_bits = jnp.sum(equal.reshape(len_a, words, 32).astype(jnp.uint32) * powers, axis=-1,
+                       dtype=jnp.uint32)  # [La, W]
 
-  def row(previous, inputs):
-    a_token, a_valid = inputs
+  def add(x, y):  # multi-word x + y, carrying from the low word up
+    out, carry = [], jnp.uint32(0)
+    for w in range(words):
+      partial = x[w] + y[w]
+      total = partial + carry
+      carry = ((partial < x[w]) | (total < partial)).astype(jnp.uint32)
+      out.append(total)
+    return jnp.stack(out)
 
-    def cell(left, j):
-      diagonal = jnp.where(j > 0, previous[jnp.maximum(j - 1, 0)], 0)
-      match = (a_token == b_ids[j]) & b_valid[j] & a_valid
-      value = jnp.where(match, diagonal + 1, jnp.maximum(previous[j], left))
-      return value, value
+  def step(v, m):
+    u = v & m
+    return add(v, u) | (v & ~m), None
 
-    _, current = lax.scan(cell, jnp.zeros((), jnp.int32), jnp.arange(len_b))
-    return current, None
-
-  last, _ = lax.scan(row, jnp.zeros(len_b, jnp.int32),
-                     (a_ids, jnp.arange(a_ids.shape[0]) < a_len))
-  return jnp.max(last)
+  ones = jnp.full((words,), jnp.uint32(0xFFFFFFFF))
+  v, _ = lax.scan(step, ones, match_bits)
+  in_b = jnp.sum(b_valid.reshape(words, 32).astype(jnp.uint32) * powers, axis=-1,
+                 dtype=jnp.uint32)
+  return jnp.sum(lax.population_count(~v & in_b)).astype(jnp.int32)
 
 
 def text_similarity(a_ids: Array, a_len: Array, b_ids: Array, b_len: Array) -> Array:

@@ -79,8 +79,10 @@ def policy_loss(logp_BxL: Array, old_logp_BxL: Array, advantages_BxL: Array, mas
                 config: PolicyLossConfig = PolicyLossConfig(), ref_logp_BxL: Array | None = None,
                 sampler_logp_BxL: Array | None = None):
   """Returns (loss_sum, denominator, metrics). Gradients flow through logp_BxL only."""
-  old_logp = jax.lax.stop_gradient(old_logp_BxL)
-  advantages = jax.lax.stop_gradient(advantages_BxL)
+  logp_BxL = jnp.asarray(logp_BxL)
+  old_logp = jax.lax.stop_gradient(jnp.asarray(old_logp_BxL, logp_BxL.dtype))
+  advantages = jax.lax.stop_gradient(jnp.asarray(advantages_BxL, logp_BxL.dtype))
+  mask_BxL = jnp.asarray(mask_BxL)
   mask = mask_BxL.astype(logp_BxL.dtype)
   log_ratio = jnp.clip(logp_BxL - old_logp, -config.log_ratio_clamp, config.log_ratio_clamp)
   ratio = jnp.exp(log_ratio)

@@ -67,10 +67,11 @@ def python_lcs(a, b):
 def test_lcs_against_python():
   rng = np.random.default_rng(3)
   lcs = jax.jit(lcs_length)
-  for _ in range(40):
-    a, b = rng.integers(0, 5, 20), rng.integers(0, 5, 20)
-    la, lb = int(rng.integers(0, 21)), int(rng.integers(0, 21))
-    assert int(lcs(a, la, b, lb)) == python_lcs(list(a[:la]), list(b[:lb]))
+  for size, alphabet in [(20, 5), (70, 3), (70, 40), (33, 2)]:  # one word and several
+    for _ in range(15):
+      a, b = rng.integers(0, alphabet, size), rng.integers(0, alphabet, size + 7)
+      la, lb = int(rng.integers(0, size + 1)), int(rng.integers(0, size + 8))
+      assert int(lcs(a, la, b, lb)) == python_lcs(list(a[:la]), list(b[:lb]))
 
 
 def near_copy(a, changes, rng):
