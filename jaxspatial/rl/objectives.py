@@ -77,8 +77,9 @@ def aggregate(loss_BxL: Array, mask_BxL: Array, mode: Aggregation,
 
 def policy_loss(logp_BxL: Array, old_logp_BxL: Array, advantages_BxL: Array, mask_BxL: Array,
                 config: PolicyLossConfig = PolicyLossConfig(), ref_logp_BxL: Array | None = None,
-                sampler_logp_BxL: Array | None = None):
-  """Returns (loss_sum, denominator, metrics). Gradients flow through logp_BxL only."""
+                sampler_logp_BxL: Array | None = None, entropy_BxL: Array | None = None):
+  """Returns (loss_sum, denominator, metrics). Gradients flow through logp_BxL only.
+  `entropy_BxL` (from `token_entropy`) only feeds the entropy metric."""
   logp_BxL = jnp.asarray(logp_BxL)
   old_logp = jax.lax.stop_gradient(jnp.asarray(old_logp_BxL, logp_BxL.dtype))
   advantages = jax.lax.stop_gradient(jnp.asarray(advantages_BxL, logp_BxL.dtype))
@@ -125,6 +126,8 @@ def policy_loss(logp_BxL: Array, old_logp_BxL: Array, advantages_BxL: Array, mas
       "ratio_min": jnp.min(jnp.where(mask > 0, ratio, jnp.inf)),
       "tokens": jnp.sum(mask),
   }
+  if entropy_BxL is not None:
+    metrics["entropy"] = mean(jax.lax.stop_gradient(entropy_BxL))
   return loss_sum, denominator, metrics
 
 

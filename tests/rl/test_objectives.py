@@ -124,3 +124,13 @@ def test_kl_estimators_and_errors():
                 PolicyLossConfig(beta=0.1))
   with pytest.raises(ValueError, match="aggregation: unknown 'mean'"):
     PolicyLossConfig(aggregation="mean")
+
+
+def test_entropy_metric():
+  from jaxspatial.rl import token_entropy
+  logits = jnp.zeros((1, 2, 4))  # uniform over 4 tokens: entropy log 4
+  entropy = token_entropy(logits)
+  np.testing.assert_allclose(entropy, np.full((1, 2), np.log(4)), rtol=1e-6)
+  _, _, metrics = policy_loss(jnp.zeros((1, 2)), jnp.zeros((1, 2)), jnp.ones((1, 2)),
+                              jnp.ones((1, 2), bool), entropy_BxL=entropy)
+  assert float(metrics["entropy"]) == pytest.approx(np.log(4), rel=1e-6)

@@ -156,3 +156,21 @@ def test_normalized_dtw_against_numpy():
     a, b = np.zeros((10, 2), np.float32), np.zeros((10, 2), np.float32)
     a[:n], b[:m] = rng.uniform(size=(n, 2)), rng.uniform(size=(m, 2))
     assert float(normalized_dtw(a, b, n, m)) == pytest.approx(numpy_dtw(a[:n], b[:m]), rel=1e-5)
+
+
+PERIA_FRAGMENTS = ["<think>", "</think>", "<action>", "</action>", "<answer>", "</answer>",
+                   "x", " ", "{}", "</thi", "nk>", "<act", "ion>"]
+
+
+def test_peria_format_device_agrees_with_string_rule():
+  rng = np.random.default_rng(6)
+  texts = ["".join(PERIA_FRAGMENTS[i] for i in rng.integers(len(PERIA_FRAGMENTS),
+                                                             size=rng.integers(0, 16)))
+           for _ in range(3000)]
+  texts += ["<think>a</think><action>1</action><think>b</think><action>2</action><answer>x",
+            "<think>a</think><action>1</action><action>2</action><answer>x</answer>",
+            "</think><action>", "<action></think><answer>"]
+  texts = [t for t in texts if len(t.encode()) <= L]
+  device = jax.jit(jax.vmap(device_text.peria_format))(to_bytes(texts))
+  np.testing.assert_array_equal(np.asarray(device), [text.peria_format(t) for t in texts])
+  assert set(np.asarray(device).tolist()) == {-1, 0, 1}

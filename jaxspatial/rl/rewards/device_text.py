@@ -70,3 +70,38 @@ def answer_letter(ids_L: Array) -> tuple[Array, Array]:
   found, start, end = answer_span(ids_L)
   letter = option_letter(ids_L, start, end)
   return found, jnp.where(found, letter, -1)
+
+
+def starts(ids_L: Array, pattern: tuple[int, ...]) -> Array:
+  """[L] bool: where `pattern` begins."""
+  length = ids_L.shape[-1]
+  n = len(pattern)
+  hit = jnp.zeros(length, bool)
+  if n > length:
+    return hit
+  positions = jnp.arange(length - n + 1)
+  window = jnp.ones(positions.shape, bool)
+  for k, byte in enumerate(pattern):
+    window &= ids_L[positions + k] == byte
+  return hit.at[positions].set(window)
+
+
+def peria_format(ids_L: Array) -> Array:
+  """PERIA's R_format in {-1, 0, +1} on device (as `text.peria_format`)."""
+  think_end = starts(ids_L, encode("</think>"))
+  action = starts(ids_L, encode("<action>"))
+  has_answer = jnp.any(starts(ids_L, encode("<answer>")))
+  has_think, has_action = jnp.any(think_end), jnp.any(action)
+  # A </think> counts for an action when it starts at or after the previous action's end
+  # and ends before this action starts.
+  positions = jnp.arange(ids_L.shape[-1])
+  think_done = jnp.cumsum(jnp.where(think_end, 1, 0))  # </think> starts at or before i
+  gap = len("</think>")
+  before = jnp.concatenate([jnp.zeros(gap, think_done.dtype), think_done[:-gap]])
+  previous_end = jax.lax.cummax(jnp.where(action, positions + len("<action>"), 0))
+  previous_end = jnp.concatenate([jnp.zeros(1, previous_end.dtype), previous_end[:-1]])
+  at_previous = jnp.where(previous_end > 0, think_done[jnp.maximum(previous_end - 1, 0)], 0)
+  thought = (before - at_previous) > 0
+  broken = jnp.any(action & ~thought)
+  return jnp.where(~has_think, -1, jnp.where(~has_answer, jnp.where(has_action, 0, -1),
+                                             jnp.where(broken, -1, 1))).astype(jnp.int32)
