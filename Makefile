@@ -45,6 +45,7 @@ bench: $(DEV_STAMP) system-deps
 	$(PY) -m benchmarks.render_bench
 	$(PY) -m benchmarks.env_bench
 	$(PY) -m benchmarks.data_bench
+	$(PY) -m benchmarks.rl_bench
 
 clean:
 	rm -rf $(VENV) outputs build *.egg-info
