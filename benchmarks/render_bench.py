@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import argparse
 import functools
-import statistics
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from benchmarks.timing import timed
 from data_pipelines.synthetic import make_room, orbit_cameras
 from jaxspatial.geometry import Camera
 from jaxspatial.render import render, render_batch, splat
@@ -52,17 +51,6 @@ def rgbd_batch(cloud, cameras, height, width, radius):
 def cameras_in_room(room, num_views: int, width: int, height: int) -> Camera:
   centre = np.array(room.bounds_max) / 2
   return orbit_cameras((centre[0], centre[1], 0.5), (2.2, 2.0), 1.8, num_views, width, height)
-
-
-def timed(fn, repeats: int) -> float:
-  """Median seconds of `fn()` after one warm-up call."""
-  jax.block_until_ready(fn())
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    jax.block_until_ready(fn())
-    times.append(time.perf_counter() - start)
-  return statistics.median(times)
 
 
 def copy_bandwidth(repeats: int) -> float:

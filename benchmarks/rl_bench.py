@@ -11,13 +11,12 @@ clip 3, k3 KL with beta 0.04, token-mean aggregation. Also times OR-GIGPO advant
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from benchmarks.timing import timed
 from jaxspatial.rl import PolicyLossConfig, or_gigpo_advantages, policy_loss
 
 CONFIG = PolicyLossConfig(epsilon_low=0.2, epsilon_high=0.28, dual_clip=3.0, beta=0.04,
@@ -40,16 +39,6 @@ def numpy_loss_and_grad(logp, old, adv, mask, ref, cfg=CONFIG):
   d_loss = d_loss + cfg.beta * (1 - np.exp(delta))
   denominator = mask.sum()
   return (loss * mask).sum() / denominator, d_loss * mask / denominator
-
-
-def timed(fn, repeats):
-  fn()
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    jax.block_until_ready(fn())
-    times.append(time.perf_counter() - start)
-  return statistics.median(times)
 
 
 def main(argv=None) -> None:
