@@ -46,6 +46,7 @@ bench: $(DEV_STAMP) system-deps
 	$(PY) -m benchmarks.env_bench
 	$(PY) -m benchmarks.data_bench
 	$(PY) -m benchmarks.rl_bench
+	$(PY) -m benchmarks.projector_bench
 
 clean:
 	rm -rf $(VENV) outputs build *.egg-info
