@@ -1,0 +1,72 @@
+"""Qwen2.5-VL configuration, read from a Hugging Face `config.json`."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+
+
+@dataclasses.dataclass(frozen=True)
+class TextConfig:
+  vocab_size: int = 151936
+  hidden_size: int = 2048
+  intermediate_size: int = 11008
+  num_hidden_layers: int = 36
+  num_attention_heads: int = 16
+  num_key_value_heads: int = 2
+  rms_norm_eps: float = 1e-6
+  rope_theta: float = 1_000_000.0
+  mrope_section: tuple[int, int, int] = (16, 24, 24)
+  tie_word_embeddings: bool = True
+
+  @property
+  def head_dim(self) -> int:
+    return self.hidden_size // self.num_attention_heads
+
+  def check(self) -> None:
+    if self.hidden_size % self.num_attention_heads:
+      raise ValueError(f"TextConfig: hidden_size {self.hidden_size} is not a multiple of "
+                       f"num_attention_heads {self.num_attention_heads}")
+    if self.num_attention_heads % self.num_key_value_heads:
+      raise ValueError(f"TextConfig: num_attention_heads {self.num_attention_heads} is not a "
+                       f"multiple of num_key_value_heads {self.num_key_value_heads}")
+    if 2 * sum(self.mrope_section) != self.head_dim:
+      raise ValueError(f"TextConfig: 2 * sum(mrope_section {self.mrope_section}) must equal "
+                       f"head_dim {self.head_dim}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Qwen25VLConfig:
+  text: TextConfig = TextConfig()
+  image_token_id: int = 151655
+  video_token_id: int = 151656
+  vision_start_token_id: int = 151652
+  vision_end_token_id: int = 151653
+  raw: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
+
+  @classmethod
+  def from_hf(cls, config: dict | str | pathlib.Path) -> "Qwen25VLConfig":
+    """From a `config.json` dict, file or folder (transformers 4.x or 5.x layout)."""
+    if not isinstance(config, dict):
+      path = pathlib.Path(config)
+      path = path / "config.json" if path.is_dir() else path
+      if not path.is_file():
+        raise FileNotFoundError(f"Qwen2.5-VL config not found: {path}")
+      config = json.loads(path.read_text())
+    text = dict(config.get("text_config") or config)
+    rope = text.get("rope_parameters") or text.get("rope_scaling") or {}
+    section = rope.get("mrope_section")
+    if section is None:
+      raise ValueError("Qwen2.5-VL config: text rope parameters have no 'mrope_section'")
+    fields = {f.name for f in dataclasses.fields(TextConfig)}
+    values = {k: v for k, v in text.items() if k in fields and k not in ("mrope_section",)}
+    values["rope_theta"] = float(rope.get("rope_theta", text.get("rope_theta", 1e6)))
+    values["mrope_section"] = tuple(section)
+    values["tie_word_embeddings"] = bool(config.get("tie_word_embeddings",
+                                                    text.get("tie_word_embeddings", True)))
+    text_config = TextConfig(**values)
+    text_config.check()
+    ids = {k: config[k] for k in ("image_token_id", "video_token_id", "vision_start_token_id",
+                                  "vision_end_token_id") if k in config}
+    return cls(text=text_config, raw=config, **ids)

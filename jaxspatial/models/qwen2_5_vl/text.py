@@ -1,0 +1,120 @@
+"""The Qwen2 text decoder of Qwen2.5-VL in Flax NNX.
+
+Grouped-query attention with biased q/k/v projections and M-RoPE, RMSNorm, SwiGLU MLP,
+tied or untied embeddings. Attention softmax and norms run in float32.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from jaxspatial.models.qwen2_5_vl.config import TextConfig
+from jaxspatial.models.qwen2_5_vl.rope import apply_rotary, mrope_cos_sin
+
+Array = jax.Array
+
+
+class RMSNorm(nnx.Module):
+  def __init__(self, size: int, eps: float, *, param_dtype=jnp.float32):
+    self.weight = nnx.Param(jnp.ones((size,), param_dtype))
+    self.eps = eps
+
+  def __call__(self, x: Array) -> Array:
+    x32 = x.astype(jnp.float32)
+    variance = jnp.mean(x32 * x32, axis=-1, keepdims=True)
+    return (self.weight[...] * (x32 * jax.lax.rsqrt(variance + self.eps))).astype(x.dtype)
+
+
+class Attention(nnx.Module):
+  def __init__(self, config: TextConfig, *, rngs: nnx.Rngs, dtype, param_dtype):
+    self.config = config
+    d, h, kv = config.head_dim, config.num_attention_heads, config.num_key_value_heads
+    kw = dict(rngs=rngs, dtype=dtype, param_dtype=param_dtype)
+    self.q_proj = nnx.Linear(config.hidden_size, h * d, use_bias=True, **kw)
+    self.k_proj = nnx.Linear(config.hidden_size, kv * d, use_bias=True, **kw)
+    self.v_proj = nnx.Linear(config.hidden_size, kv * d, use_bias=True, **kw)
+    self.o_proj = nnx.Linear(h * d, config.hidden_size, use_bias=False, **kw)
+
+  def __call__(self, x_BxLxC: Array, cos: Array, sin: Array, mask_BxLxS: Array) -> Array:
+    c = self.config
+    b, length, _ = x_BxLxC.shape
+    d, h, kv = c.head_dim, c.num_attention_heads, c.num_key_value_heads
+    q = apply_rotary(self.q_proj(x_BxLxC).reshape(b, length, h, d), cos, sin)
+    k = apply_rotary(self.k_proj(x_BxLxC).reshape(b, length, kv, d), cos, sin)
+    v = self.v_proj(x_BxLxC).reshape(b, length, kv, d)
+    q = q.reshape(b, length, kv, h // kv, d)  # query heads grouped by their KV head
+    scores = jnp.einsum("blkgd,bskd->bkgls", q, k).astype(jnp.float32) / jnp.sqrt(d)
+    scores = jnp.where(mask_BxLxS[:, None, None], scores, jnp.finfo(jnp.float32).min)
+    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+    out = jnp.einsum("bkgls,bskd->blkgd", probs, v).reshape(b, length, h * d)
+    return self.o_proj(out)
+
+
+class MLP(nnx.Module):
+  def __init__(self, config: TextConfig, *, rngs: nnx.Rngs, dtype, param_dtype):
+    kw = dict(rngs=rngs, dtype=dtype, param_dtype=param_dtype, use_bias=False)
+    self.gate_proj = nnx.Linear(config.hidden_size, config.intermediate_size, **kw)
+    self.up_proj = nnx.Linear(config.hidden_size, config.intermediate_size, **kw)
+    self.down_proj = nnx.Linear(config.intermediate_size, config.hidden_size, **kw)
+
+  def __call__(self, x: Array) -> Array:
+    return self.down_proj(jax.nn.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nnx.Module):
+  def __init__(self, config: TextConfig, *, rngs: nnx.Rngs, dtype, param_dtype):
+    kw = dict(rngs=rngs, dtype=dtype, param_dtype=param_dtype)
+    self.self_attn = Attention(config, **kw)
+    self.mlp = MLP(config, **kw)
+    self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps,
+                                   param_dtype=param_dtype)
+    self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps,
+                                            param_dtype=param_dtype)
+
+  def __call__(self, x, cos, sin, mask):
+    x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask)
+    return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class TextModel(nnx.Module):
+  """Embeddings, decoder layers, final norm and the LM head."""
+
+  def __init__(self, config: TextConfig, *, rngs: nnx.Rngs, dtype=jnp.float32,
+               param_dtype=jnp.float32):
+    config.check()
+    self.config = config
+    self.embed_tokens = nnx.Embed(config.vocab_size, config.hidden_size, dtype=dtype,
+                                  param_dtype=param_dtype, rngs=rngs)
+    self.layers = nnx.List([DecoderLayer(config, rngs=rngs, dtype=dtype,
+                                         param_dtype=param_dtype)
+                            for _ in range(config.num_hidden_layers)])
+    self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, param_dtype=param_dtype)
+    self.lm_head = None if config.tie_word_embeddings else nnx.Linear(
+        config.hidden_size, config.vocab_size, use_bias=False, dtype=dtype,
+        param_dtype=param_dtype, rngs=rngs)
+
+  def hidden_states(self, inputs_embeds_BxLxC: Array, position_ids_3xBxL: Array,
+                    attention_mask_BxL: Array) -> Array:
+    """Final-norm hidden states [B, L, C] with causal and padding masks."""
+    c = self.config
+    length = inputs_embeds_BxLxC.shape[1]
+    causal = jnp.tril(jnp.ones((length, length), bool))
+    mask = causal[None] & attention_mask_BxL.astype(bool)[:, None, :]
+    cos, sin = mrope_cos_sin(position_ids_3xBxL, c.head_dim, c.rope_theta, c.mrope_section)
+    x = inputs_embeds_BxLxC
+    for layer in self.layers:
+      x = layer(x, cos, sin, mask)
+    return self.norm(x)
+
+  def logits(self, hidden_BxLxC: Array) -> Array:
+    if self.lm_head is None:
+      return self.embed_tokens.attend(hidden_BxLxC)
+    return self.lm_head(hidden_BxLxC)
+
+  def __call__(self, input_ids_BxL: Array, position_ids_3xBxL: Array,
+               attention_mask_BxL: Array) -> Array:
+    hidden = self.hidden_states(self.embed_tokens(input_ids_BxL), position_ids_3xBxL,
+                                attention_mask_BxL)
+    return self.logits(hidden)

@@ -1,0 +1,69 @@
+"""The Qwen2.5-VL text decoder against transformers' PyTorch model on a tiny random model."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from jaxspatial.models.qwen2_5_vl import (CheckpointError, Qwen25VLConfig, TextModel,
+                                          load_text_weights, text_position_ids)
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+
+def tiny_hf_config(tie=False):
+  return transformers.Qwen2_5_VLConfig(
+      text_config=dict(vocab_size=256, hidden_size=64, intermediate_size=128,
+                       num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                       max_position_embeddings=512, rms_norm_eps=1e-6,
+                       rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]},
+                       tie_word_embeddings=tie, bos_token_id=1, eos_token_id=2),
+      vision_config=dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2,
+                         out_hidden_size=64, patch_size=14, spatial_merge_size=2,
+                         temporal_patch_size=2, window_size=56, fullatt_block_indexes=[1]),
+      image_token_id=250, video_token_id=251, vision_start_token_id=252,
+      vision_end_token_id=253, tie_word_embeddings=tie)
+
+
+@pytest.fixture(scope="module", params=[False, True], ids=["untied", "tied"])
+def checkpoint(request, tmp_path_factory):
+  torch.manual_seed(0)
+  model = transformers.Qwen2_5_VLForConditionalGeneration(tiny_hf_config(request.param)).eval()
+  folder = tmp_path_factory.mktemp("qwen")
+  model.save_pretrained(folder)
+  return model, folder
+
+
+def test_text_logits_match_transformers(checkpoint):
+  reference, folder = checkpoint
+  config = Qwen25VLConfig.from_hf(folder)
+  ours = TextModel(config.text, rngs=nnx.Rngs(0))
+  skipped = load_text_weights(ours, folder)
+  assert skipped and all(k.startswith(("model.visual.", "visual.")) for k in skipped)
+  rng = np.random.default_rng(0)
+  ids = rng.integers(3, 240, (3, 10))
+  mask = np.ones((3, 10), np.int64)
+  mask[1, :4] = 0  # left padding
+  mask[2, 7:] = 0  # right padding
+  with torch.no_grad():
+    expected = reference(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask),
+                         mm_token_type_ids=torch.zeros_like(torch.from_numpy(ids))).logits
+  logits = ours(jnp.asarray(ids), text_position_ids(jnp.asarray(mask)), jnp.asarray(mask))
+  real = mask.astype(bool)
+  np.testing.assert_allclose(np.asarray(logits)[real], expected.numpy()[real], atol=1e-4,
+                             rtol=1e-4)
+
+
+def test_loading_errors(checkpoint, tmp_path):
+  _, folder = checkpoint
+  config = Qwen25VLConfig.from_hf(folder)
+  wrong = TextModel(config.text.__class__(**{**config.text.__dict__, "intermediate_size": 96}),
+                    rngs=nnx.Rngs(0))
+  with pytest.raises(CheckpointError, match=r"layers.0.mlp.\w+_proj.weight has shape "
+                                            r"\((128, 64|64, 128)\), expected \((96, 64|64, 96)\)"):
+    load_text_weights(wrong, folder)
+  with pytest.raises(FileNotFoundError, match="no \\*.safetensors"):
+    load_text_weights(wrong, tmp_path)
+  with pytest.raises(FileNotFoundError, match="Qwen2.5-VL config not found"):
+    Qwen25VLConfig.from_hf(tmp_path)
