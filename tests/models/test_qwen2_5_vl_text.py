@@ -67,3 +67,25 @@ def test_loading_errors(checkpoint, tmp_path):
     load_text_weights(wrong, tmp_path)
   with pytest.raises(FileNotFoundError, match="Qwen2.5-VL config not found"):
     Qwen25VLConfig.from_hf(tmp_path)
+
+
+def test_rope_index_matches_transformers_get_rope_index():
+  import jax
+  from jaxspatial.models.qwen2_5_vl.rope import rope_index
+  model = transformers.Qwen2_5_VLForConditionalGeneration(tiny_hf_config()).eval()
+  image = 250
+  # Two sequences: text, image (grid 1x4x6 -> 6 tokens), text, image (1x8x4 -> 8 tokens),
+  # text; the second left-padded with one image (1x6x6 -> 9 tokens).
+  first = [5, 252] + [image] * 6 + [253, 7, 8, 252] + [image] * 8 + [253, 9]
+  second = [0] * 5 + [11, 252] + [image] * 9 + [253, 12, 13, 14, 15, 16]
+  ids = torch.tensor([first, second])
+  mask = torch.tensor([[1] * len(first), [0] * 5 + [1] * (len(second) - 5)])
+  grids = torch.tensor([[1, 4, 6], [1, 8, 4], [1, 6, 6]])
+  types = (ids == image).int()
+  expected, _ = model.model.get_rope_index(ids, types, image_grid_thw=grids, attention_mask=mask)
+  per_sequence = jnp.asarray([[[1, 4, 6], [1, 8, 4]], [[1, 6, 6], [1, 6, 6]]])
+  ours = jax.vmap(lambda i, m, g: rope_index(i, m, g, image))(
+      jnp.asarray(ids.numpy()), jnp.asarray(mask.numpy()), per_sequence)
+  ours = jnp.moveaxis(ours, 0, 1)  # [3, B, L]
+  real = mask.numpy().astype(bool)
+  np.testing.assert_array_equal(np.asarray(ours)[:, real], expected.numpy()[:, real])

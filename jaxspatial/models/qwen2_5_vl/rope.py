@@ -44,3 +44,37 @@ def text_position_ids(attention_mask_BxL: Array) -> Array:
   positions = jnp.cumsum(mask, axis=-1) - 1
   positions = jnp.where(mask > 0, positions, 1)
   return jnp.broadcast_to(positions[None], (3,) + positions.shape)
+
+
+def rope_index(input_ids_L: Array, attention_mask_L: Array, image_grid_thw_Kx3: Array,
+               image_token_id: int, spatial_merge_size: int = 2) -> Array:
+  """M-RoPE positions [3, L] of one sequence with images, as transformers' get_rope_index.
+
+  Text tokens count up by one. The n = t * (h/m) * (w/m) tokens of image k (in order of
+  appearance; its grid is row k of `image_grid_thw`, in patches) sit at
+  start + (t index, row, column), and the text after it resumes at start + max(h, w) / m.
+  Padding gets position 0. A scan over tokens: jit and vmap friendly.
+  """
+  grids = jnp.asarray(image_grid_thw_Kx3, jnp.int32)
+  merged = grids // jnp.asarray([1, spatial_merge_size, spatial_merge_size], jnp.int32)
+
+  def step(carry, inputs):
+    current, k, j = carry
+    token, attended = inputs
+    is_image = attended & (token == image_token_id)
+    t, h, w = (merged[jnp.minimum(k, merged.shape[0] - 1), axis] for axis in range(3))
+    area = jnp.maximum(h * w, 1)
+    image_pos = current + jnp.stack([j // area, (j // jnp.maximum(w, 1)) % jnp.maximum(h, 1),
+                                     j % jnp.maximum(w, 1)])
+    text_pos = jnp.full((3,), current)
+    position = jnp.where(is_image, image_pos, jnp.where(attended, text_pos, 0))
+    j_next = jnp.where(is_image, j + 1, j)
+    finished = is_image & (j_next == t * h * w)
+    current = jnp.where(attended & ~is_image, current + 1, current)
+    current = jnp.where(finished, current + jnp.maximum(h, w), current)
+    return (current, jnp.where(finished, k + 1, k), jnp.where(finished, 0, j_next)), position
+
+  zero = jnp.zeros((), jnp.int32)
+  _, positions = jax.lax.scan(step, (zero, zero, zero),
+                              (jnp.asarray(input_ids_L), jnp.asarray(attention_mask_L, bool)))
+  return positions.T
