@@ -39,6 +39,7 @@ class TextConfig:
 @dataclasses.dataclass(frozen=True)
 class Qwen25VLConfig:
   text: TextConfig = TextConfig()
+  vision: "VisionConfig" = None  # set by from_hf; see vision.py
   image_token_id: int = 151655
   video_token_id: int = 151656
   vision_start_token_id: int = 151652
@@ -69,4 +70,6 @@ class Qwen25VLConfig:
     text_config.check()
     ids = {k: config[k] for k in ("image_token_id", "video_token_id", "vision_start_token_id",
                                   "vision_end_token_id") if k in config}
-    return cls(text=text_config, raw=config, **ids)
+    from jaxspatial.models.qwen2_5_vl.vision import VisionConfig  # pylint: disable=import-outside-toplevel
+    vision = VisionConfig.from_hf(config.get("vision_config") or {})
+    return cls(text=text_config, vision=vision, raw=config, **ids)

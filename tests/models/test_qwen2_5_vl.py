@@ -89,3 +89,52 @@ def test_rope_index_matches_transformers_get_rope_index():
   ours = jnp.moveaxis(ours, 0, 1)  # [3, B, L]
   real = mask.numpy().astype(bool)
   np.testing.assert_array_equal(np.asarray(ours)[:, real], expected.numpy()[:, real])
+
+
+def test_vision_encoder_matches_transformers(checkpoint):
+  from jaxspatial.models.qwen2_5_vl import VisionModel, load_vision_weights
+  reference, folder = checkpoint
+  config = Qwen25VLConfig.from_hf(folder)
+  ours = VisionModel(config.vision, rngs=nnx.Rngs(0))
+  load_vision_weights(ours, folder)
+  # Two images of different sizes; the second spans several 4x4-unit windows.
+  grids = ((1, 4, 6), (1, 12, 10))
+  count = sum(t * h * w for t, h, w in grids)
+  pixels = np.random.default_rng(0).normal(size=(count, config.vision.patch_dim))
+  with torch.no_grad():
+    expected = reference.model.visual(torch.from_numpy(pixels).float(),
+                                      grid_thw=torch.tensor(grids)).pooler_output.numpy()
+  got = ours(jnp.asarray(pixels, jnp.float32), grids)
+  assert got.shape == expected.shape == (count // 4, 64)
+  np.testing.assert_allclose(np.asarray(got), expected, atol=1e-4, rtol=1e-4)
+
+
+def test_full_model_logits_with_images_match_transformers(checkpoint):
+  from jaxspatial.models.qwen2_5_vl import Qwen25VL
+  reference, folder = checkpoint
+  ours = Qwen25VL.from_pretrained(folder)
+  image = 250
+  rng = np.random.default_rng(1)
+
+  def run(sequences, masks, grids, sequence_grids):
+    ids = torch.tensor(sequences)
+    mask = torch.tensor(masks)
+    count = sum(t * h * w for t, h, w in grids)
+    pixels = rng.normal(size=(count, 1176)).astype(np.float32)
+    with torch.no_grad():
+      expected = reference(input_ids=ids, attention_mask=mask,
+                           pixel_values=torch.from_numpy(pixels),
+                           image_grid_thw=torch.tensor(grids),
+                           mm_token_type_ids=(ids == image).int()).logits.numpy()
+    got = ours(jnp.asarray(ids.numpy()), jnp.asarray(mask.numpy()), jnp.asarray(pixels),
+               tuple(grids), jnp.asarray(sequence_grids))
+    real = mask.numpy().astype(bool)
+    np.testing.assert_allclose(np.asarray(got)[real], expected[real], atol=1e-4, rtol=1e-4)
+
+  one = [5, 252] + [image] * 6 + [253, 7, 8, 9]
+  run([one], [[1] * len(one)], [(1, 4, 6)], [[(1, 4, 6)]])
+  two = [5, 252] + [image] * 6 + [253, 7, 252] + [image] * 30 + [253, 9]
+  run([two], [[1] * len(two)], [(1, 4, 6), (1, 12, 10)], [[(1, 4, 6), (1, 12, 10)]])
+  padded = [0, 0, 11, 252] + [image] * 6 + [253, 12, 13, 14]  # left padding
+  run([one + [0, 0], padded], [[1] * len(one) + [0, 0], [0] * 2 + [1] * 12],
+      [(1, 4, 6), (1, 4, 6)], [[(1, 4, 6)], [(1, 4, 6)]])

@@ -1,0 +1,67 @@
+"""Qwen2.5-VL: the vision encoder's tokens placed at the image tokens of the text decoder."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from jaxspatial.models.qwen2_5_vl.config import Qwen25VLConfig
+from jaxspatial.models.qwen2_5_vl.hf_params import load_text_weights
+from jaxspatial.models.qwen2_5_vl.rope import rope_index, text_position_ids
+from jaxspatial.models.qwen2_5_vl.text import TextModel
+from jaxspatial.models.qwen2_5_vl.vision import Grids, VisionModel, load_vision_weights
+
+Array = jax.Array
+
+
+class Qwen25VL(nnx.Module):
+  def __init__(self, config: Qwen25VLConfig, *, rngs: nnx.Rngs, dtype=jnp.float32,
+               param_dtype=jnp.float32):
+    self.config = config
+    self.visual = VisionModel(config.vision, rngs=rngs, dtype=dtype, param_dtype=param_dtype)
+    self.language_model = TextModel(config.text, rngs=rngs, dtype=dtype,
+                                    param_dtype=param_dtype)
+
+  @classmethod
+  def from_pretrained(cls, folder, *, dtype=jnp.float32, param_dtype=jnp.float32,
+                      seed: int = 0) -> "Qwen25VL":
+    """Builds from `config.json` and loads the safetensors, tensor by tensor."""
+    model = cls(Qwen25VLConfig.from_hf(folder), rngs=nnx.Rngs(seed), dtype=dtype,
+                param_dtype=param_dtype)
+    load_text_weights(model.language_model, folder)
+    load_vision_weights(model.visual, folder)
+    return model
+
+  def embed(self, input_ids_BxL: Array, pixel_values: Array | None = None,
+            grids: Grids = ()) -> Array:
+    """Token embeddings with the vision tokens written, in order, at the image tokens."""
+    embeds = self.language_model.embed_tokens(input_ids_BxL)
+    if not grids:
+      return embeds
+    vision = self.visual(pixel_values, grids).astype(embeds.dtype)
+    is_image = input_ids_BxL == self.config.image_token_id
+    index = jnp.cumsum(is_image.reshape(-1)).reshape(is_image.shape) - 1
+    placed = vision[jnp.clip(index, 0, vision.shape[0] - 1)]
+    return jnp.where(is_image[..., None], placed, embeds)
+
+  def position_ids(self, input_ids_BxL: Array, attention_mask_BxL: Array,
+                   sequence_grids_BxKx3: Array | None) -> Array:
+    if sequence_grids_BxKx3 is None:
+      return text_position_ids(attention_mask_BxL)
+    positions = jax.vmap(lambda i, m, g: rope_index(
+        i, m, g, self.config.image_token_id, self.config.vision.spatial_merge_size))(
+            input_ids_BxL, attention_mask_BxL, sequence_grids_BxKx3)
+    return jnp.moveaxis(positions, 0, 1)
+
+  def __call__(self, input_ids_BxL: Array, attention_mask_BxL: Array,
+               pixel_values: Array | None = None, grids: Grids = (),
+               sequence_grids_BxKx3: Array | None = None) -> Array:
+    """Logits [B, L, V]. `grids`: every image's (t, h, w) patch grid, in order of
+    appearance over the batch; `sequence_grids_BxKx3`: each sequence's own grids (padded
+    by repeating), for the M-RoPE positions."""
+    embeds = self.embed(input_ids_BxL, pixel_values, grids)
+    positions = self.position_ids(input_ids_BxL, attention_mask_BxL,
+                                  sequence_grids_BxKx3 if grids else None)
+    hidden = self.language_model.hidden_states(embeds, positions, attention_mask_BxL)
+    return self.language_model.logits(hidden)

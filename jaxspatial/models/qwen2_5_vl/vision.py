@@ -1,0 +1,238 @@
+"""The Qwen2.5-VL vision encoder in Flax NNX.
+
+Patches of 14 x 14 pixels x 2 frames (the processor's `pixel_values` rows) -> a linear
+patch embedding -> blocks of RMSNorm, attention with 2-D rotary embeddings and a gated
+SiLU MLP -> RMSNorm and a 2 x 2 patch merger -> one token per merged patch.
+
+Most blocks attend inside windows of `window_size` pixels; the `fullatt_block_indexes`
+attend over the whole image. The image grids fix every shape, so the window order, the
+attention masks and the rotary angles are computed on the host from the (static) grids,
+and the encoder compiles once per set of grids (rendered observations have one size).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from jaxspatial.models.qwen2_5_vl.rope import rotate_half
+from jaxspatial.models.qwen2_5_vl.text import RMSNorm
+
+Array = jax.Array
+Grids = tuple[tuple[int, int, int], ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class VisionConfig:
+  depth: int = 32
+  hidden_size: int = 1280
+  intermediate_size: int = 3420
+  num_heads: int = 16
+  out_hidden_size: int = 2048
+  in_channels: int = 3
+  patch_size: int = 14
+  temporal_patch_size: int = 2
+  spatial_merge_size: int = 2
+  window_size: int = 112
+  fullatt_block_indexes: tuple[int, ...] = (7, 15, 23, 31)
+  rope_theta: float = 10000.0
+
+  @property
+  def head_dim(self) -> int:
+    return self.hidden_size // self.num_heads
+
+  @property
+  def patch_dim(self) -> int:
+    return self.in_channels * self.temporal_patch_size * self.patch_size ** 2
+
+  @classmethod
+  def from_hf(cls, vision: dict) -> "VisionConfig":
+    fields = {f.name for f in dataclasses.fields(cls)}
+    values = {k: v for k, v in vision.items() if k in fields}
+    if "fullatt_block_indexes" in values:
+      values["fullatt_block_indexes"] = tuple(values["fullatt_block_indexes"])
+    rope = vision.get("rope_parameters") or {}
+    if "rope_theta" in rope:
+      values["rope_theta"] = float(rope["rope_theta"])
+    return cls(**values)
+
+
+def layout(config: VisionConfig, grids: Grids):
+  """Host-side, from static grids: (window order of merge units, window segment id and
+  frame segment id of every patch in window order, (h, w) of every patch in window order)."""
+  merge = config.spatial_merge_size
+  unit = merge * merge
+  window = config.window_size // merge // config.patch_size
+  order, window_ids, image_ids, hw = [], [], [], []
+  offset, next_window, frame_segment = 0, 0, 0
+  for t, h, w in grids:
+    if h % merge or w % merge:
+      raise ValueError(f"vision grid {(t, h, w)}: height and width must be multiples of the "
+                       f"merge size {merge}")
+    gh, gw = h // merge, w // merge
+    # Patch positions, laid out block-major over merge units (as the processor orders them).
+    rows, cols = np.meshgrid(np.arange(h), np.arange(w), indexing="ij")
+    blocks = lambda a: a.reshape(gh, merge, gw, merge).transpose(0, 2, 1, 3).reshape(-1)
+    patch_hw = np.tile(np.stack([blocks(rows), blocks(cols)], -1), (t, 1))  # [t*h*w, 2]
+    units = np.arange(t * gh * gw).reshape(t, gh, gw)
+    for frame in range(t):
+      for wy in range(0, gh, window):
+        for wx in range(0, gw, window):
+          members = units[frame, wy:wy + window, wx:wx + window].reshape(-1)
+          order.extend((members + offset).tolist())
+          window_ids.extend([next_window] * (len(members) * unit))
+          image_ids.extend([frame_segment] * (len(members) * unit))
+          next_window += 1
+      frame_segment += 1  # full attention spans one frame of one image, as transformers does
+    hw.append(patch_hw)
+    offset += t * gh * gw
+  order = np.asarray(order)
+  hw = np.concatenate(hw).reshape(-1, unit, 2)[order].reshape(-1, 2)
+  return order, np.asarray(window_ids), np.asarray(image_ids), hw
+
+
+class VisionAttention(nnx.Module):
+  def __init__(self, config: VisionConfig, *, rngs, dtype, param_dtype):
+    self.config = config
+    kw = dict(rngs=rngs, dtype=dtype, param_dtype=param_dtype)
+    self.qkv = nnx.Linear(config.hidden_size, 3 * config.hidden_size, **kw)
+    self.proj = nnx.Linear(config.hidden_size, config.hidden_size, **kw)
+
+  def __call__(self, x_NxC: Array, cos: Array, sin: Array, mask_NxN: Array) -> Array:
+    n = x_NxC.shape[0]
+    heads, d = self.config.num_heads, self.config.head_dim
+    q, k, v = jnp.moveaxis(self.qkv(x_NxC).reshape(n, 3, heads, d), 1, 0)
+    rotate = lambda x: (x.astype(jnp.float32) * cos[:, None] + rotate_half(
+        x.astype(jnp.float32)) * sin[:, None]).astype(x.dtype)
+    q, k = rotate(q), rotate(k)
+    scores = jnp.einsum("qhd,khd->hqk", q, k).astype(jnp.float32) / jnp.sqrt(d)
+    scores = jnp.where(mask_NxN[None], scores, jnp.finfo(jnp.float32).min)
+    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+    return self.proj(jnp.einsum("hqk,khd->qhd", probs, v).reshape(n, heads * d))
+
+
+class VisionMLP(nnx.Module):
+  def __init__(self, config: VisionConfig, *, rngs, dtype, param_dtype):
+    kw = dict(rngs=rngs, dtype=dtype, param_dtype=param_dtype)
+    self.gate_proj = nnx.Linear(config.hidden_size, config.intermediate_size, **kw)
+    self.up_proj = nnx.Linear(config.hidden_size, config.intermediate_size, **kw)
+    self.down_proj = nnx.Linear(config.intermediate_size, config.hidden_size, **kw)
+
+  def __call__(self, x):
+    return self.down_proj(jax.nn.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class VisionBlock(nnx.Module):
+  def __init__(self, config: VisionConfig, *, rngs, dtype, param_dtype):
+    kw = dict(rngs=rngs, dtype=dtype, param_dtype=param_dtype)
+    self.norm1 = RMSNorm(config.hidden_size, 1e-6, param_dtype=param_dtype)
+    self.norm2 = RMSNorm(config.hidden_size, 1e-6, param_dtype=param_dtype)
+    self.attn = VisionAttention(config, **kw)
+    self.mlp = VisionMLP(config, **kw)
+
+  def __call__(self, x, cos, sin, mask):
+    x = x + self.attn(self.norm1(x), cos, sin, mask)
+    return x + self.mlp(self.norm2(x))
+
+
+class PatchMerger(nnx.Module):
+  def __init__(self, config: VisionConfig, *, rngs, dtype, param_dtype):
+    kw = dict(rngs=rngs, dtype=dtype, param_dtype=param_dtype)
+    merged = config.hidden_size * config.spatial_merge_size ** 2
+    self.ln_q = RMSNorm(config.hidden_size, 1e-6, param_dtype=param_dtype)
+    self.fc1 = nnx.Linear(merged, merged, **kw)
+    self.fc2 = nnx.Linear(merged, config.out_hidden_size, **kw)
+    self.unit = config.spatial_merge_size ** 2
+
+  def __call__(self, x_NxC):
+    x = self.ln_q(x_NxC).reshape(x_NxC.shape[0] // self.unit, -1)
+    return self.fc2(jax.nn.gelu(self.fc1(x), approximate=False))
+
+
+class VisionModel(nnx.Module):
+  def __init__(self, config: VisionConfig, *, rngs: nnx.Rngs, dtype=jnp.float32,
+               param_dtype=jnp.float32):
+    self.config = config
+    kw = dict(rngs=rngs, dtype=dtype, param_dtype=param_dtype)
+    self.patch_embed = nnx.Linear(config.patch_dim, config.hidden_size, use_bias=False, **kw)
+    self.blocks = nnx.List([VisionBlock(config, **kw) for _ in range(config.depth)])
+    self.merger = PatchMerger(config, **kw)
+
+  def __call__(self, pixel_values_NxP: Array, grids: Grids) -> Array:
+    """pixel_values [N patches, C*T*P*P] of the images with the given (t, h, w) patch grids
+    -> [N / merge^2, out_hidden] tokens in the processor's (and the LLM's) order."""
+    c = self.config
+    grids = tuple(tuple(int(v) for v in g) for g in grids)
+    total = sum(t * h * w for t, h, w in grids)
+    if pixel_values_NxP.shape != (total, c.patch_dim):
+      raise ValueError(f"VisionModel: pixel_values must be [{total}, {c.patch_dim}] for grids "
+                       f"{grids}, got {pixel_values_NxP.shape}")
+    order, window_ids, image_ids, hw = layout(c, grids)
+    unit = c.spatial_merge_size ** 2
+    x = self.patch_embed(pixel_values_NxP)
+    x = x.reshape(-1, unit, c.hidden_size)[order].reshape(total, c.hidden_size)
+    rope_dim = c.head_dim // 2
+    inv_freq = 1.0 / (c.rope_theta ** (np.arange(0, rope_dim, 2, dtype=np.float32) / rope_dim))
+    freqs = np.concatenate([hw[:, :1] * inv_freq, hw[:, 1:] * inv_freq], -1)
+    angles = jnp.asarray(np.concatenate([freqs, freqs], -1), jnp.float32)
+    cos, sin = jnp.cos(angles), jnp.sin(angles)
+    window_mask = jnp.asarray(window_ids[:, None] == window_ids[None, :])
+    image_mask = jnp.asarray(image_ids[:, None] == image_ids[None, :])
+    for index, block in enumerate(self.blocks):
+      mask = image_mask if index in c.fullatt_block_indexes else window_mask
+      x = block(x, cos, sin, mask)
+    merged = self.merger(x)
+    return merged[jnp.asarray(np.argsort(order))]
+
+
+def load_vision_weights(model: VisionModel, folder) -> None:
+  """Loads `visual.*` / `model.visual.*` tensors of a Hugging Face checkpoint."""
+  from safetensors import safe_open  # pylint: disable=import-outside-toplevel
+  from jaxspatial.models.qwen2_5_vl.hf_params import (CheckpointError,  # pylint: disable=import-outside-toplevel
+                                                      safetensors_files)
+  targets = {"patch_embed.proj.weight": (model.patch_embed.kernel, "patch"),
+             "merger.ln_q.weight": (model.merger.ln_q.weight, None),
+             "merger.mlp.0.weight": (model.merger.fc1.kernel, "t"),
+             "merger.mlp.0.bias": (model.merger.fc1.bias, None),
+             "merger.mlp.2.weight": (model.merger.fc2.kernel, "t"),
+             "merger.mlp.2.bias": (model.merger.fc2.bias, None)}
+  for i, block in enumerate(model.blocks):
+    p = f"blocks.{i}."
+    targets[p + "norm1.weight"] = (block.norm1.weight, None)
+    targets[p + "norm2.weight"] = (block.norm2.weight, None)
+    for name, layer in (("attn.qkv", block.attn.qkv), ("attn.proj", block.attn.proj),
+                        ("mlp.gate_proj", block.mlp.gate_proj),
+                        ("mlp.up_proj", block.mlp.up_proj),
+                        ("mlp.down_proj", block.mlp.down_proj)):
+      targets[p + name + ".weight"] = (layer.kernel, "t")
+      targets[p + name + ".bias"] = (layer.bias, None)
+  loaded = set()
+  for file in safetensors_files(folder):
+    with safe_open(str(file), framework="numpy") as reader:
+      for key in reader.keys():
+        for prefix in ("model.visual.", "visual."):
+          if key.startswith(prefix):
+            name = key[len(prefix):]
+            break
+        else:
+          continue
+        if name not in targets:
+          raise CheckpointError(f"unexpected checkpoint key {key!r}")
+        param, how = targets[name]
+        value = reader.get_tensor(key)
+        if how == "patch":
+          value = value.reshape(value.shape[0], -1).T
+        elif how == "t":
+          value = value.T
+        if value.shape != param[...].shape:
+          raise CheckpointError(f"{file.name}: {key} does not fit: {value.shape} against "
+                                f"{param[...].shape} (our layout)")
+        param[...] = jnp.asarray(value, param[...].dtype)
+        loaded.add(name)
+  missing = sorted(set(targets) - loaded)
+  if missing:
+    raise CheckpointError(f"checkpoint in {folder} lacks vision tensors, e.g. {missing[:5]}")
