@@ -1,4 +1,5 @@
-"""Qwen2.5-VL configuration, read from a Hugging Face `config.json`."""
+"""Qwen2.5-VL configuration (text decoder and vision encoder), read from a Hugging Face
+`config.json`."""
 
 from __future__ import annotations
 
@@ -37,9 +38,44 @@ class TextConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class VisionConfig:
+  depth: int = 32
+  hidden_size: int = 1280
+  intermediate_size: int = 3420
+  num_heads: int = 16
+  out_hidden_size: int = 2048
+  in_channels: int = 3
+  patch_size: int = 14
+  temporal_patch_size: int = 2
+  spatial_merge_size: int = 2
+  window_size: int = 112
+  fullatt_block_indexes: tuple[int, ...] = (7, 15, 23, 31)
+  rope_theta: float = 10000.0
+
+  @property
+  def head_dim(self) -> int:
+    return self.hidden_size // self.num_heads
+
+  @property
+  def patch_dim(self) -> int:
+    return self.in_channels * self.temporal_patch_size * self.patch_size ** 2
+
+  @classmethod
+  def from_hf(cls, vision: dict) -> "VisionConfig":
+    fields = {f.name for f in dataclasses.fields(cls)}
+    values = {k: v for k, v in vision.items() if k in fields}
+    if "fullatt_block_indexes" in values:
+      values["fullatt_block_indexes"] = tuple(values["fullatt_block_indexes"])
+    rope = vision.get("rope_parameters") or {}
+    if "rope_theta" in rope:
+      values["rope_theta"] = float(rope["rope_theta"])
+    return cls(**values)
+
+
+@dataclasses.dataclass(frozen=True)
 class Qwen25VLConfig:
   text: TextConfig = TextConfig()
-  vision: "VisionConfig" = None  # set by from_hf; see vision.py
+  vision: VisionConfig = VisionConfig()
   image_token_id: int = 151655
   video_token_id: int = 151656
   vision_start_token_id: int = 151652
@@ -70,6 +106,5 @@ class Qwen25VLConfig:
     text_config.check()
     ids = {k: config[k] for k in ("image_token_id", "video_token_id", "vision_start_token_id",
                                   "vision_end_token_id") if k in config}
-    from jaxspatial.models.qwen2_5_vl.vision import VisionConfig  # pylint: disable=import-outside-toplevel
     vision = VisionConfig.from_hf(config.get("vision_config") or {})
     return cls(text=text_config, vision=vision, raw=config, **ids)

@@ -12,53 +12,17 @@ and the encoder compiles once per set of grids (rendered observations have one s
 
 from __future__ import annotations
 
-import dataclasses
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from jaxspatial.models.qwen2_5_vl.config import VisionConfig
 from jaxspatial.models.qwen2_5_vl.rope import rotate_half
 from jaxspatial.models.qwen2_5_vl.text import RMSNorm
 
 Array = jax.Array
 Grids = tuple[tuple[int, int, int], ...]
-
-
-@dataclasses.dataclass(frozen=True)
-class VisionConfig:
-  depth: int = 32
-  hidden_size: int = 1280
-  intermediate_size: int = 3420
-  num_heads: int = 16
-  out_hidden_size: int = 2048
-  in_channels: int = 3
-  patch_size: int = 14
-  temporal_patch_size: int = 2
-  spatial_merge_size: int = 2
-  window_size: int = 112
-  fullatt_block_indexes: tuple[int, ...] = (7, 15, 23, 31)
-  rope_theta: float = 10000.0
-
-  @property
-  def head_dim(self) -> int:
-    return self.hidden_size // self.num_heads
-
-  @property
-  def patch_dim(self) -> int:
-    return self.in_channels * self.temporal_patch_size * self.patch_size ** 2
-
-  @classmethod
-  def from_hf(cls, vision: dict) -> "VisionConfig":
-    fields = {f.name for f in dataclasses.fields(cls)}
-    values = {k: v for k, v in vision.items() if k in fields}
-    if "fullatt_block_indexes" in values:
-      values["fullatt_block_indexes"] = tuple(values["fullatt_block_indexes"])
-    rope = vision.get("rope_parameters") or {}
-    if "rope_theta" in rope:
-      values["rope_theta"] = float(rope["rope_theta"])
-    return cls(**values)
 
 
 def layout(config: VisionConfig, grids: Grids):
