@@ -138,3 +138,28 @@ def test_full_model_logits_with_images_match_transformers(checkpoint):
   padded = [0, 0, 11, 252] + [image] * 6 + [253, 12, 13, 14]  # left padding
   run([one + [0, 0], padded], [[1] * len(one) + [0, 0], [0] * 2 + [1] * 12],
       [(1, 4, 6), (1, 4, 6)], [[(1, 4, 6)], [(1, 4, 6)]])
+
+
+def test_preprocessing_matches_the_transformers_processor():
+  import PIL.Image
+  from jaxspatial.models.qwen2_5_vl.preprocess import preprocess_image, smart_resize
+  processor = transformers.Qwen2VLImageProcessorPil()
+  rng = np.random.default_rng(2)
+  # At the smart-resized size (how rendered views are made): equal to float rounding.
+  image = rng.integers(0, 256, (56, 84, 3), dtype=np.uint8)
+  expected = processor(images=[PIL.Image.fromarray(image)], return_tensors="np")
+  pixels, grid = preprocess_image(jnp.asarray(image))
+  assert grid == tuple(expected["image_grid_thw"][0]) == (1, 4, 6)
+  np.testing.assert_allclose(np.asarray(pixels), expected["pixel_values"], atol=1e-5)
+  # A smooth image that needs a resize: close, not equal (PIL resizes uint8 on the host).
+  yy, xx = np.mgrid[0:75, 0:100]
+  smooth = np.stack([128 + 100 * np.sin(xx / 9.0), 128 + 100 * np.cos(yy / 7.0),
+                     (xx + yy) % 256], -1).astype(np.uint8)
+  expected = processor(images=[PIL.Image.fromarray(smooth)], return_tensors="np")
+  pixels, grid = preprocess_image(jnp.asarray(smooth))
+  assert grid == tuple(expected["image_grid_thw"][0])
+  difference = np.abs(np.asarray(pixels) - expected["pixel_values"]) * 0.27 * 255  # uint8 levels
+  assert np.median(difference) < 1.5 and np.percentile(difference, 99) < 8
+  assert smart_resize(480, 640) == (476, 644)  # 391 merged tokens: 3DThinker's 17 x 23
+  with pytest.raises(ValueError, match="aspect ratio must be under 200"):
+    smart_resize(10, 3000)
