@@ -159,7 +159,7 @@ def test_preprocessing_matches_the_transformers_processor():
   pixels, grid = preprocess_image(jnp.asarray(smooth))
   assert grid == tuple(expected["image_grid_thw"][0])
   difference = np.abs(np.asarray(pixels) - expected["pixel_values"]) * 0.27 * 255  # uint8 levels
-  assert np.median(difference) < 1.5 and np.percentile(difference, 99) < 8
+  assert np.median(difference) < 0.5 and difference.max() < 1.5  # measured 0.24 and 0.94
   assert smart_resize(480, 640) == (476, 644)  # 391 merged tokens: 3DThinker's 17 x 23
   with pytest.raises(ValueError, match="aspect ratio must be under 200"):
     smart_resize(10, 3000)

@@ -6,8 +6,8 @@ The layout equals transformers' `Qwen2VLImageProcessor`: a [H, W, 3] image becom
 frame repeated T = 2 times. Rendered observations can be rendered at the smart-resized
 size, and then the output equals the processor's to float rounding. When a resize is
 needed it is `jax.image.resize` (bicubic, antialiased) on floats, where the processor
-resizes with PIL on uint8: pixel values then differ by a few uint8 levels (measured in
-the tests), the price of staying on device.
+resizes with PIL on uint8: pixel values then differ by under one uint8 level (measured on
+a smooth 75 x 100 image: median 0.24, max 0.94 levels), the price of staying on device.
 """
 
 from __future__ import annotations
