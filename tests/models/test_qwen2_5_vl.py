@@ -163,3 +163,24 @@ def test_preprocessing_matches_the_transformers_processor():
   assert smart_resize(480, 640) == (476, 644)  # 391 merged tokens: 3DThinker's 17 x 23
   with pytest.raises(ValueError, match="aspect ratio must be under 200"):
     smart_resize(10, 3000)
+
+
+def test_export_reloads_identically_and_transformers_reads_it(checkpoint, tmp_path):
+  import jax
+  from jaxspatial.models.qwen2_5_vl import Qwen25VL
+  from jaxspatial.models.qwen2_5_vl.export import save_pretrained
+  reference, folder = checkpoint
+  ours = Qwen25VL.from_pretrained(folder)
+  save_pretrained(ours, tmp_path / "export")
+  again = Qwen25VL.from_pretrained(tmp_path / "export")
+  jax.tree.map(np.testing.assert_array_equal, nnx.state(ours, nnx.Param),
+               nnx.state(again, nnx.Param))
+  loaded = transformers.Qwen2_5_VLForConditionalGeneration.from_pretrained(
+      tmp_path / "export").eval()
+  ids = torch.tensor([[5, 6, 7, 8, 9, 10]])
+  with torch.no_grad():
+    a = reference(input_ids=ids, mm_token_type_ids=torch.zeros_like(ids)).logits
+    b = loaded(input_ids=ids, mm_token_type_ids=torch.zeros_like(ids)).logits
+  np.testing.assert_array_equal(a.numpy(), b.numpy())
+  for name, tensor in reference.state_dict().items():
+    assert torch.equal(tensor, loaded.state_dict()[name]), name
