@@ -11,9 +11,20 @@ import jax.numpy as jnp
 from flax import nnx
 
 from jaxspatial.models.qwen2_5_vl.config import TextConfig
+from jaxspatial.models.sharding import logical_init
 from jaxspatial.models.qwen2_5_vl.rope import apply_rotary, mrope_cos_sin
 
 Array = jax.Array
+_DEFAULT = nnx.initializers.lecun_normal()
+
+
+def linear(in_features: int, out_features: int, logical: tuple, *, use_bias: bool, rngs,
+           dtype, param_dtype) -> nnx.Linear:
+  """nnx.Linear whose kernel (and bias) carry logical axes for the sharding rules."""
+  return nnx.Linear(in_features, out_features, use_bias=use_bias, dtype=dtype,
+                    param_dtype=param_dtype, rngs=rngs,
+                    kernel_init=logical_init(_DEFAULT, logical),
+                    bias_init=logical_init(nnx.initializers.zeros_init(), logical[1:]))
 
 
 class RMSNorm(nnx.Module):
@@ -32,10 +43,10 @@ class Attention(nnx.Module):
     self.config = config
     d, h, kv = config.head_dim, config.num_attention_heads, config.num_key_value_heads
     kw = dict(rngs=rngs, dtype=dtype, param_dtype=param_dtype)
-    self.q_proj = nnx.Linear(config.hidden_size, h * d, use_bias=True, **kw)
-    self.k_proj = nnx.Linear(config.hidden_size, kv * d, use_bias=True, **kw)
-    self.v_proj = nnx.Linear(config.hidden_size, kv * d, use_bias=True, **kw)
-    self.o_proj = nnx.Linear(h * d, config.hidden_size, use_bias=False, **kw)
+    self.q_proj = linear(config.hidden_size, h * d, ("embed", "heads"), use_bias=True, **kw)
+    self.k_proj = linear(config.hidden_size, kv * d, ("embed", "kv_heads"), use_bias=True, **kw)
+    self.v_proj = linear(config.hidden_size, kv * d, ("embed", "kv_heads"), use_bias=True, **kw)
+    self.o_proj = linear(h * d, config.hidden_size, ("heads", "embed"), use_bias=False, **kw)
 
   def __call__(self, x_BxLxC: Array, cos: Array, sin: Array, mask_BxLxS: Array) -> Array:
     c = self.config
@@ -55,9 +66,9 @@ class Attention(nnx.Module):
 class MLP(nnx.Module):
   def __init__(self, config: TextConfig, *, rngs: nnx.Rngs, dtype, param_dtype):
     kw = dict(rngs=rngs, dtype=dtype, param_dtype=param_dtype, use_bias=False)
-    self.gate_proj = nnx.Linear(config.hidden_size, config.intermediate_size, **kw)
-    self.up_proj = nnx.Linear(config.hidden_size, config.intermediate_size, **kw)
-    self.down_proj = nnx.Linear(config.intermediate_size, config.hidden_size, **kw)
+    self.gate_proj = linear(config.hidden_size, config.intermediate_size, ("embed", "mlp"), **kw)
+    self.up_proj = linear(config.hidden_size, config.intermediate_size, ("embed", "mlp"), **kw)
+    self.down_proj = linear(config.intermediate_size, config.hidden_size, ("mlp", "embed"), **kw)
 
   def __call__(self, x: Array) -> Array:
     return self.down_proj(jax.nn.silu(self.gate_proj(x)) * self.up_proj(x))
@@ -85,14 +96,17 @@ class TextModel(nnx.Module):
                param_dtype=jnp.float32):
     config.check()
     self.config = config
-    self.embed_tokens = nnx.Embed(config.vocab_size, config.hidden_size, dtype=dtype,
-                                  param_dtype=param_dtype, rngs=rngs)
+    self.embed_tokens = nnx.Embed(
+        config.vocab_size, config.hidden_size, dtype=dtype, param_dtype=param_dtype, rngs=rngs,
+        embedding_init=logical_init(nnx.initializers.variance_scaling(1.0, "fan_in", "normal",
+                                                                      out_axis=0),
+                                    ("vocab", "embed")))
     self.layers = nnx.List([DecoderLayer(config, rngs=rngs, dtype=dtype,
                                          param_dtype=param_dtype)
                             for _ in range(config.num_hidden_layers)])
     self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, param_dtype=param_dtype)
-    self.lm_head = None if config.tie_word_embeddings else nnx.Linear(
-        config.hidden_size, config.vocab_size, use_bias=False, dtype=dtype,
+    self.lm_head = None if config.tie_word_embeddings else linear(
+        config.hidden_size, config.vocab_size, ("embed", "vocab"), use_bias=False, dtype=dtype,
         param_dtype=param_dtype, rngs=rngs)
 
   def hidden_states(self, inputs_embeds_BxLxC: Array, position_ids_3xBxL: Array,

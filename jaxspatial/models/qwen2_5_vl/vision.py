@@ -19,7 +19,7 @@ from flax import nnx
 
 from jaxspatial.models.qwen2_5_vl.config import VisionConfig
 from jaxspatial.models.qwen2_5_vl.rope import rotate_half
-from jaxspatial.models.qwen2_5_vl.text import RMSNorm
+from jaxspatial.models.qwen2_5_vl.text import RMSNorm, linear
 
 Array = jax.Array
 Grids = tuple[tuple[int, int, int], ...]
@@ -63,8 +63,10 @@ class VisionAttention(nnx.Module):
   def __init__(self, config: VisionConfig, *, rngs, dtype, param_dtype):
     self.config = config
     kw = dict(rngs=rngs, dtype=dtype, param_dtype=param_dtype)
-    self.qkv = nnx.Linear(config.hidden_size, 3 * config.hidden_size, **kw)
-    self.proj = nnx.Linear(config.hidden_size, config.hidden_size, **kw)
+    self.qkv = linear(config.hidden_size, 3 * config.hidden_size, ("embed", "heads"),
+                      use_bias=True, **kw)
+    self.proj = linear(config.hidden_size, config.hidden_size, ("heads", "embed"),
+                       use_bias=True, **kw)
 
   def __call__(self, x_NxC: Array, cos: Array, sin: Array, mask_NxN: Array) -> Array:
     n = x_NxC.shape[0]
@@ -82,9 +84,12 @@ class VisionAttention(nnx.Module):
 class VisionMLP(nnx.Module):
   def __init__(self, config: VisionConfig, *, rngs, dtype, param_dtype):
     kw = dict(rngs=rngs, dtype=dtype, param_dtype=param_dtype)
-    self.gate_proj = nnx.Linear(config.hidden_size, config.intermediate_size, **kw)
-    self.up_proj = nnx.Linear(config.hidden_size, config.intermediate_size, **kw)
-    self.down_proj = nnx.Linear(config.intermediate_size, config.hidden_size, **kw)
+    self.gate_proj = linear(config.hidden_size, config.intermediate_size, ("embed", "mlp"),
+                            use_bias=True, **kw)
+    self.up_proj = linear(config.hidden_size, config.intermediate_size, ("embed", "mlp"),
+                          use_bias=True, **kw)
+    self.down_proj = linear(config.intermediate_size, config.hidden_size, ("mlp", "embed"),
+                            use_bias=True, **kw)
 
   def __call__(self, x):
     return self.down_proj(jax.nn.silu(self.gate_proj(x)) * self.up_proj(x))
@@ -108,8 +113,8 @@ class PatchMerger(nnx.Module):
     kw = dict(rngs=rngs, dtype=dtype, param_dtype=param_dtype)
     merged = config.hidden_size * config.spatial_merge_size ** 2
     self.ln_q = RMSNorm(config.hidden_size, 1e-6, param_dtype=param_dtype)
-    self.fc1 = nnx.Linear(merged, merged, **kw)
-    self.fc2 = nnx.Linear(merged, config.out_hidden_size, **kw)
+    self.fc1 = linear(merged, merged, ("embed", "mlp"), use_bias=True, **kw)
+    self.fc2 = linear(merged, config.out_hidden_size, ("mlp", "embed"), use_bias=True, **kw)
     self.unit = config.spatial_merge_size ** 2
 
   def __call__(self, x_NxC):
@@ -122,7 +127,8 @@ class VisionModel(nnx.Module):
                param_dtype=jnp.float32):
     self.config = config
     kw = dict(rngs=rngs, dtype=dtype, param_dtype=param_dtype)
-    self.patch_embed = nnx.Linear(config.patch_dim, config.hidden_size, use_bias=False, **kw)
+    self.patch_embed = linear(config.patch_dim, config.hidden_size, ("patch", "embed"),
+                              use_bias=False, **kw)
     self.blocks = nnx.List([VisionBlock(config, **kw) for _ in range(config.depth)])
     self.merger = PatchMerger(config, **kw)
 

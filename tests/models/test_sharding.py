@@ -1,0 +1,73 @@
+"""With 8 fake CPU devices, the sharded Qwen2.5-VL forward equals the unsharded one.
+
+Runs in its own process: the device count is fixed when JAX starts.
+"""
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from jaxspatial.models.sharding import mesh_axes
+
+SCRIPT = r"""
+import jax, jax.numpy as jnp, numpy as np
+from flax import nnx
+from jaxspatial.models.qwen2_5_vl import Qwen25VL, Qwen25VLConfig, TextConfig, VisionConfig
+from jaxspatial.models.sharding import make_mesh
+
+assert len(jax.devices()) == 8, jax.devices()
+config = Qwen25VLConfig(
+    text=TextConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                    num_attention_heads=4, num_key_value_heads=2, mrope_section=(2, 3, 3),
+                    tie_word_embeddings=False),
+    vision=VisionConfig(depth=2, hidden_size=32, intermediate_size=64, num_heads=2,
+                        out_hidden_size=64, fullatt_block_indexes=(1,)),
+    image_token_id=250)
+plain = Qwen25VL(config, rngs=nnx.Rngs(0))
+mesh = make_mesh(data=2, fsdp=2, tensor=2)
+with jax.set_mesh(mesh):
+  sharded = Qwen25VL(config, rngs=nnx.Rngs(1))
+  state = nnx.state(sharded, nnx.Param)
+  values = jax.tree.map(lambda x, s: jax.device_put(x, s.sharding),
+                        nnx.to_pure_dict(nnx.state(plain, nnx.Param)), nnx.to_pure_dict(state))
+  nnx.replace_by_pure_dict(state, values)
+  nnx.update(sharded, state)
+  kernel = sharded.language_model.layers[0].mlp.gate_proj.kernel[...]
+  assert kernel.sharding.spec == jax.sharding.PartitionSpec("fsdp", "tensor"), kernel.sharding
+
+rng = np.random.default_rng(0)
+ids = np.array([[5, 252] + [250] * 6 + [253, 7, 8, 9]] * 4)
+mask = np.ones_like(ids)
+mask[1, :3] = 0
+pixels = rng.normal(size=(4 * 24, 1176)).astype(np.float32)
+grids = ((1, 4, 6),) * 4
+sequence_grids = jnp.asarray([[(1, 4, 6)]] * 4)
+args = (jnp.asarray(ids), jnp.asarray(mask), jnp.asarray(pixels))
+expected = plain(*args, grids, sequence_grids)
+with jax.set_mesh(mesh):
+  forward = nnx.jit(lambda m, i, a, p, s: m(i, a, p, grids, s))
+  got = forward(sharded, *args, sequence_grids)
+np.testing.assert_allclose(np.asarray(got), np.asarray(expected), atol=1e-5, rtol=1e-5)
+print("sharded forward equals unsharded, max diff", float(jnp.abs(got - expected).max()))
+"""
+
+
+@pytest.mark.multidevice
+def test_sharded_forward_equals_unsharded():
+  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
+             JAX_PLATFORMS="cpu")
+  root = pathlib.Path(__file__).resolve().parents[2]
+  result = subprocess.run([sys.executable, "-c", SCRIPT], env=env, cwd=root,
+                          capture_output=True, text=True, timeout=600)
+  assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+  assert "sharded forward equals unsharded" in result.stdout
+
+
+def test_rules():
+  assert mesh_axes(("embed", "mlp")) == ("fsdp", "tensor")
+  assert mesh_axes((None, "vocab")) == (None, "tensor")
+  with pytest.raises(KeyError, match="no sharding rule for logical axis 'bogus'"):
+    mesh_axes(("bogus",))
