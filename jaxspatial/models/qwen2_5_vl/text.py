@@ -48,19 +48,28 @@ class Attention(nnx.Module):
     self.v_proj = linear(config.hidden_size, kv * d, ("embed", "kv_heads"), use_bias=True, **kw)
     self.o_proj = linear(h * d, config.hidden_size, ("heads", "embed"), use_bias=False, **kw)
 
-  def __call__(self, x_BxLxC: Array, cos: Array, sin: Array, mask_BxLxS: Array) -> Array:
+  def __call__(self, x_BxLxC: Array, cos: Array, sin: Array, mask_BxLxS: Array,
+               cache: tuple[Array, Array] | None = None, index: Array | None = None):
+    """Without a cache: attention over x. With (k, v) caches [B, S, KV, D] and a write
+    index: x's keys and values are written at [index, index + L) and x attends over the
+    whole cache (mask [B, L, S]). Returns (out, cache)."""
     c = self.config
     b, length, _ = x_BxLxC.shape
     d, h, kv = c.head_dim, c.num_attention_heads, c.num_key_value_heads
     q = apply_rotary(self.q_proj(x_BxLxC).reshape(b, length, h, d), cos, sin)
     k = apply_rotary(self.k_proj(x_BxLxC).reshape(b, length, kv, d), cos, sin)
     v = self.v_proj(x_BxLxC).reshape(b, length, kv, d)
+    if cache is not None:
+      k_cache, v_cache = cache
+      k = jax.lax.dynamic_update_slice(k_cache, k.astype(k_cache.dtype), (0, index, 0, 0))
+      v = jax.lax.dynamic_update_slice(v_cache, v.astype(v_cache.dtype), (0, index, 0, 0))
+      cache = (k, v)
     q = q.reshape(b, length, kv, h // kv, d)  # query heads grouped by their KV head
     scores = jnp.einsum("blkgd,bskd->bkgls", q, k).astype(jnp.float32) / jnp.sqrt(d)
     scores = jnp.where(mask_BxLxS[:, None, None], scores, jnp.finfo(jnp.float32).min)
     probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-    out = jnp.einsum("bkgls,bskd->blkgd", probs, v).reshape(b, length, h * d)
-    return self.o_proj(out)
+    out = jnp.einsum("bkgls,bskd->blkgd", probs, v.astype(probs.dtype)).reshape(b, length, h * d)
+    return self.o_proj(out.astype(x_BxLxC.dtype)), cache
 
 
 class MLP(nnx.Module):
@@ -84,9 +93,10 @@ class DecoderLayer(nnx.Module):
     self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps,
                                             param_dtype=param_dtype)
 
-  def __call__(self, x, cos, sin, mask):
-    x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask)
-    return x + self.mlp(self.post_attention_layernorm(x))
+  def __call__(self, x, cos, sin, mask, cache=None, index=None):
+    attended, cache = self.self_attn(self.input_layernorm(x), cos, sin, mask, cache, index)
+    x = x + attended
+    return x + self.mlp(self.post_attention_layernorm(x)), cache
 
 
 class TextModel(nnx.Module):
@@ -119,8 +129,34 @@ class TextModel(nnx.Module):
     cos, sin = mrope_cos_sin(position_ids_3xBxL, c.head_dim, c.rope_theta, c.mrope_section)
     x = inputs_embeds_BxLxC
     for layer in self.layers:
-      x = layer(x, cos, sin, mask)
+      x, _ = layer(x, cos, sin, mask)
     return self.norm(x)
+
+  def init_cache(self, batch: int, length: int, dtype=jnp.float32) -> list[tuple[Array, Array]]:
+    """Zeroed (k, v) caches [B, S, KV, D] per layer; the cache dtype is a choice."""
+    c = self.config
+    shape = (batch, length, c.num_key_value_heads, c.head_dim)
+    return [(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)) for _ in self.layers]
+
+  def extend(self, inputs_embeds_BxLxC: Array, position_ids_3xBxL: Array,
+             cache_valid_BxS: Array, cache: list, index: Array):
+    """Appends L positions at cache slot `index` and returns (hidden [B, L, C], cache).
+
+    `cache_valid_BxS` marks the cache slots that hold real tokens once this segment is
+    written (padding stays invalid); each new token attends to valid slots up to its own.
+    """
+    c = self.config
+    length = inputs_embeds_BxLxC.shape[1]
+    slots = jnp.arange(cache_valid_BxS.shape[1])
+    query_slot = index + jnp.arange(length)
+    mask = (slots[None, :] <= query_slot[:, None])[None] & cache_valid_BxS.astype(bool)[:, None]
+    cos, sin = mrope_cos_sin(position_ids_3xBxL, c.head_dim, c.rope_theta, c.mrope_section)
+    x = inputs_embeds_BxLxC
+    new_cache = []
+    for layer, layer_cache in zip(self.layers, cache):
+      x, layer_cache = layer(x, cos, sin, mask, layer_cache, index)
+      new_cache.append(layer_cache)
+    return self.norm(x), new_cache
 
   def logits(self, hidden_BxLxC: Array) -> Array:
     if self.lm_head is None:
