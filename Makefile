@@ -47,6 +47,7 @@ bench: $(DEV_STAMP) system-deps
 	$(PY) -m benchmarks.data_bench
 	$(PY) -m benchmarks.rl_bench
 	$(PY) -m benchmarks.projector_bench
+	$(PY) -m benchmarks.sampler_bench
 
 clean:
 	rm -rf $(VENV) outputs build *.egg-info
