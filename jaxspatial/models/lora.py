@@ -1,0 +1,87 @@
+"""LoRA adapters on chosen linear layers: y = W x + (alpha / r) B A dropout(x).
+
+`apply_lora` wraps every `nnx.Linear` whose attribute name is in `targets` (e.g. q_proj,
+v_proj) in place; the adapter's A and B are `nnx.LoRAParam`s, so an optimizer built
+with `wrt=nnx.LoRAParam` trains the adapters alone. B starts at zero, so a fresh adapter
+leaves the model unchanged. `merge_lora` folds B A into the base kernels and unwraps.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+Array = jax.Array
+
+
+class LoRALinear(nnx.Module):
+  def __init__(self, base: nnx.Linear, rank: int, alpha: float, dropout: float = 0.0, *,
+               rngs: nnx.Rngs):
+    if rank <= 0:
+      raise ValueError(f"LoRA rank must be positive, got {rank}")
+    self.base = base
+    in_features, out_features = base.kernel[...].shape
+    dtype = base.kernel[...].dtype
+    self.lora_a = nnx.LoRAParam(nnx.initializers.he_uniform()(rngs.params(),
+                                                              (in_features, rank), dtype))
+    self.lora_b = nnx.LoRAParam(jnp.zeros((rank, out_features), dtype))
+    self.scale = alpha / rank
+    self.dropout = nnx.Dropout(dropout, rngs=rngs) if dropout > 0 else None
+
+  def __call__(self, x: Array) -> Array:
+    update = x if self.dropout is None else self.dropout(x)
+    return self.base(x) + (update @ self.lora_a[...] @ self.lora_b[...]) * self.scale
+
+  def merged(self) -> nnx.Linear:
+    kernel = self.base.kernel[...]
+    self.base.kernel[...] = kernel + (self.lora_a[...] @ self.lora_b[...] * self.scale).astype(
+        kernel.dtype)
+    return self.base
+
+
+def _children(module):
+  for name, child in vars(module).items():
+    if isinstance(child, nnx.Module):
+      yield module, name, child
+    elif isinstance(child, (list, nnx.List)):
+      for index, item in enumerate(child):
+        if isinstance(item, nnx.Module):
+          yield child, index, item
+
+
+def apply_lora(model: nnx.Module, targets: tuple[str, ...], rank: int, alpha: float,
+               dropout: float = 0.0, *, rngs: nnx.Rngs) -> int:
+  """Wraps the target linears in place; returns how many were wrapped."""
+  count = 0
+  stack = [model]
+  while stack:
+    module = stack.pop()
+    for parent, key, child in list(_children(module)):
+      if isinstance(child, nnx.Linear) and isinstance(key, str) and key in targets:
+        setattr(parent, key, LoRALinear(child, rank, alpha, dropout, rngs=rngs))
+        count += 1
+      elif not isinstance(child, (nnx.Linear, LoRALinear)):
+        stack.append(child)
+  if count == 0:
+    raise ValueError(f"apply_lora: no nnx.Linear named any of {targets}")
+  return count
+
+
+def merge_lora(model: nnx.Module) -> int:
+  """Folds every adapter into its base kernel and removes the wrappers."""
+  count = 0
+  stack = [model]
+  while stack:
+    module = stack.pop()
+    for parent, key, child in list(_children(module)):
+      if isinstance(child, LoRALinear):
+        merged = child.merged()
+        if isinstance(key, str):
+          setattr(parent, key, merged)
+        else:
+          parent[key] = merged
+        count += 1
+      else:
+        stack.append(child)
+  return count
