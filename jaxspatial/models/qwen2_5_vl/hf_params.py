@@ -95,11 +95,11 @@ def load_text_weights(model: TextModel, folder) -> list[str]:
         param, transpose = target
         value = reader.get_tensor(key)
         value = value.T if transpose else value
-        current = param[...]
+        current = param.get_value()  # an array, or a ShapeDtypeStruct on an abstract model
         if value.shape != current.shape:
           raise CheckpointError(f"{file.name}: {key} has shape {value.shape[::-1] if transpose else value.shape}, "
                                 f"expected {current.shape[::-1] if transpose else current.shape}")
-        param[...] = jnp.asarray(np.asarray(value), current.dtype)
+        param.set_value(jnp.asarray(np.asarray(value), current.dtype))
         loaded.add(id(param))
   missing = [path for pid, path in expected.items() if pid not in loaded]
   if missing:

@@ -26,9 +26,15 @@ class Qwen25VL(nnx.Module):
   @classmethod
   def from_pretrained(cls, folder, *, dtype=jnp.float32, param_dtype=jnp.float32,
                       seed: int = 0) -> "Qwen25VL":
-    """Builds from `config.json` and loads the safetensors, tensor by tensor."""
-    model = cls(Qwen25VLConfig.from_hf(folder), rngs=nnx.Rngs(seed), dtype=dtype,
-                param_dtype=param_dtype)
+    """Builds from `config.json` and loads the safetensors, tensor by tensor.
+
+    The model is first built abstractly (shapes only, no random initialisation), so host
+    memory holds the loaded parameters plus one tensor in flight; the loaders fail if
+    any parameter is left unloaded.
+    """
+    config = Qwen25VLConfig.from_hf(folder)
+    model = nnx.eval_shape(lambda: cls(config, rngs=nnx.Rngs(seed), dtype=dtype,
+                                       param_dtype=param_dtype))
     load_text_weights(model.language_model, folder)
     load_vision_weights(model.visual, folder)
     return model

@@ -198,10 +198,11 @@ def load_vision_weights(model: VisionModel, folder) -> None:
           value = value.reshape(value.shape[0], -1).T
         elif how == "t":
           value = value.T
-        if value.shape != param[...].shape:
+        current = param.get_value()  # an array, or a ShapeDtypeStruct on an abstract model
+        if value.shape != current.shape:
           raise CheckpointError(f"{file.name}: {key} does not fit: {value.shape} against "
-                                f"{param[...].shape} (our layout)")
-        param[...] = jnp.asarray(value, param[...].dtype)
+                                f"{current.shape} (our layout)")
+        param.set_value(jnp.asarray(value, current.dtype))
         loaded.add(name)
   missing = sorted(set(targets) - loaded)
   if missing:
