@@ -48,6 +48,7 @@ bench: $(DEV_STAMP) system-deps
 	$(PY) -m benchmarks.rl_bench
 	$(PY) -m benchmarks.projector_bench
 	$(PY) -m benchmarks.sampler_bench
+	$(PY) -m benchmarks.loading_bench
 
 clean:
 	rm -rf $(VENV) outputs build *.egg-info
