@@ -239,3 +239,25 @@ def test_sampling_logprobs_match_a_full_forward_and_filters():
   assert np.isfinite(np.asarray(filter_logits(logits, 2, 1.0))).sum() == 2
   assert np.isfinite(np.asarray(filter_logits(logits, 0, 0.7))).sum() == 2
   assert np.isfinite(np.asarray(filter_logits(logits, 0, 0.81))).sum() == 3
+
+
+def test_append_an_observation_segment_equals_a_full_forward(checkpoint):
+  from jaxspatial.models.qwen2_5_vl import Qwen25VL
+  from jaxspatial.models.qwen2_5_vl.sampler import append, prefill
+  _, folder = checkpoint
+  model = Qwen25VL.from_pretrained(folder)
+  image = 250
+  prompt = jnp.asarray([[0, 0, 5, 6, 7], [8, 9, 10, 11, 12]])
+  prompt_mask = jnp.asarray([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
+  segment = jnp.asarray([[20, 252] + [image] * 6 + [253, 21]] * 2)
+  pixels = jnp.asarray(np.random.default_rng(5).normal(size=(48, 1176)), jnp.float32)
+  grids = ((1, 4, 6), (1, 4, 6))
+  per_sequence = jnp.asarray([[(1, 4, 6)], [(1, 4, 6)]])
+  state, _ = prefill(model, prompt, prompt_mask, capacity=32)
+  state, logits = append(model, state, segment, jnp.ones_like(segment), pixels, grids,
+                         per_sequence)
+  full = jnp.concatenate([prompt, segment], axis=1)
+  full_mask = jnp.concatenate([prompt_mask, jnp.ones_like(segment)], axis=1)
+  expected = model(full, full_mask, pixels, grids, per_sequence)[:, 5:]
+  np.testing.assert_allclose(np.asarray(logits), np.asarray(expected), atol=1e-4, rtol=1e-4)
+  assert int(state.next_slot) == 15

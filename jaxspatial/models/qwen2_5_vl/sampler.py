@@ -1,7 +1,8 @@
 """Sampling under jit: prefill the prompt into a preallocated KV cache, then decode in a
 `lax.while_loop` (greedy, or temperature with top-k / top-p), stopping per sequence at
-stop tokens. Prompts are left-padded so that every sequence's last prompt token sits in
-the same cache slot.
+stop tokens; `append` writes further segments (observations with images) into the cache
+at the right positions. Prompts are left-padded so that every sequence's last prompt
+token sits in the same cache slot.
 """
 
 from __future__ import annotations
@@ -50,23 +51,74 @@ def filter_logits(logits_BxV: Array, top_k: int, top_p: float) -> Array:
   return logits_BxV
 
 
+@struct.dataclass
+class DecodeState:
+  """A KV cache and where the next segment goes."""
+  cache: list          # per layer (k, v) [B, S, KV, D]
+  valid: Array         # [B, S] slots holding real tokens
+  next_slot: Array     # [] int32, the first free slot (shared: prompts are left-padded)
+  next_position: Array  # [B] int32, the M-RoPE position the next text token takes
+
+
+def prefill(model, input_ids_BxL: Array, attention_mask_BxL: Array, capacity: int,
+            cache_dtype=jnp.float32, pixel_values: Array | None = None, grids=(),
+            sequence_grids_BxKx3: Array | None = None):
+  """Writes a left-padded prompt into a fresh cache of `capacity` slots.
+  Returns (state, logits of the last prompt position [B, V])."""
+  batch, length = input_ids_BxL.shape
+  if capacity < length:
+    raise ValueError(f"prefill: capacity {capacity} is smaller than the prompt ({length})")
+  cache = model.language_model.init_cache(batch, capacity, cache_dtype)
+  valid = jnp.zeros((batch, capacity), bool)
+  state = DecodeState(cache=cache, valid=valid, next_slot=jnp.asarray(0, jnp.int32),
+                      next_position=jnp.zeros(batch, jnp.int32))
+  state, logits = append(model, state, input_ids_BxL, attention_mask_BxL, pixel_values, grids,
+                         sequence_grids_BxKx3)
+  return state, logits[:, -1]
+
+
+def append(model, state: DecodeState, input_ids_BxT: Array, attention_mask_BxT: Array,
+           pixel_values: Array | None = None, grids=(),
+           sequence_grids_BxKx3: Array | None = None):
+  """Writes a segment (text, with images where `grids` says) after what the cache holds,
+  at the right M-RoPE positions. Returns (state, logits [B, T, V]).
+
+  Multi-turn rollouts append each observation this way (its tokens get loss mask 0)."""
+  text = model.language_model
+  embeds = model.embed(input_ids_BxT, pixel_values, grids)
+  relative = model.position_ids(input_ids_BxT, attention_mask_BxT,
+                                sequence_grids_BxKx3 if grids else None)
+  real = attention_mask_BxT.astype(bool)
+  if not grids:  # text-only positions count real tokens only, from 0
+    relative = jnp.broadcast_to(jnp.cumsum(real, axis=-1)[None] - 1, relative.shape)
+  positions = relative + state.next_position[None, :, None]
+  length = input_ids_BxT.shape[1]
+  valid = jax.lax.dynamic_update_slice(state.valid, real, (0, state.next_slot))
+  hidden, cache = text.extend(embeds, positions, valid, state.cache, state.next_slot)
+  next_position = jnp.where(jnp.any(real, -1),
+                            jnp.max(jnp.where(real[None], positions, -1), axis=(0, 2)) + 1,
+                            state.next_position)
+  state = DecodeState(cache=cache, valid=valid, next_slot=state.next_slot + length,
+                      next_position=next_position)
+  return state, text.logits(hidden).astype(jnp.float32)
+
+
 def generate(model, input_ids_BxL: Array, attention_mask_BxL: Array, key: Array,
              config: SamplingConfig = SamplingConfig(), pixel_values: Array | None = None,
              grids=(), sequence_grids_BxKx3: Array | None = None) -> Generation:
   """Generates up to `max_new_tokens` for each (left-padded) prompt."""
+  capacity = input_ids_BxL.shape[1] + config.max_new_tokens
+  state, logits = prefill(model, input_ids_BxL, attention_mask_BxL, capacity,
+                          jnp.dtype(config.cache_dtype), pixel_values, grids,
+                          sequence_grids_BxKx3)
+  return decode(model, state, logits, key, config)
+
+
+def decode(model, state: DecodeState, logits_BxV: Array, key: Array,
+           config: SamplingConfig) -> Generation:
+  """Samples up to `max_new_tokens` after the cache's content, from the given logits."""
   text = model.language_model
-  batch, prompt_len = input_ids_BxL.shape
-  total = prompt_len + config.max_new_tokens
-  embeds = model.embed(input_ids_BxL, pixel_values, grids)
-  positions = model.position_ids(input_ids_BxL, attention_mask_BxL,
-                                 sequence_grids_BxKx3 if grids else None)
-  cache = text.init_cache(batch, total, jnp.dtype(config.cache_dtype))
-  valid = jnp.concatenate([attention_mask_BxL.astype(bool),
-                           jnp.zeros((batch, config.max_new_tokens), bool)], axis=1)
-  hidden, cache = text.extend(embeds, positions, valid, cache, jnp.asarray(0))
-  logits = text.logits(hidden[:, -1]).astype(jnp.float32)
-  real = attention_mask_BxL.astype(bool)
-  next_position = jnp.max(jnp.where(real[None], positions, -1), axis=(0, 2)) + 1  # [B]
+  batch = logits_BxV.shape[0]
   stops = jnp.asarray(config.stop_tokens or (-1,), jnp.int32)
 
   def choose(logits, key):
@@ -79,12 +131,12 @@ def generate(model, input_ids_BxL: Array, attention_mask_BxL: Array, key: Array,
       logp = jax.nn.log_softmax(scaled, axis=-1)
     return token.astype(jnp.int32), jnp.take_along_axis(logp, token[:, None], -1)[:, 0]
 
-  def cond(state):
-    step, *_, finished, _ = state
+  def cond(carry):
+    step, *_, finished, _ = carry
     return (step < config.max_new_tokens) & ~jnp.all(finished)
 
-  def body(state):
-    step, cache, valid, logits, tokens, logprobs, finished, key = state
+  def body(carry):
+    step, state, logits, tokens, logprobs, finished, key = carry
     key, sample_key = jax.random.split(key)
     token, logp = choose(logits, sample_key)
     token = jnp.where(finished, config.pad_token, token)
@@ -92,17 +144,21 @@ def generate(model, input_ids_BxL: Array, attention_mask_BxL: Array, key: Array,
     tokens = tokens.at[:, step].set(token)
     logprobs = logprobs.at[:, step].set(logp)
     now_finished = finished | jnp.any(token[:, None] == stops[None], axis=-1)
-    slot = prompt_len + step
-    valid = valid.at[:, slot].set(True)
-    position = jnp.broadcast_to((next_position + step)[None, :, None], (3, batch, 1))
-    hidden, cache = text.extend(text.embed_tokens(token[:, None]), position, valid, cache, slot)
+    slot = state.next_slot
+    valid = state.valid.at[:, slot].set(True)
+    position = jnp.broadcast_to(state.next_position[None, :, None], (3, batch, 1))
+    hidden, cache = text.extend(text.embed_tokens(token[:, None]), position, valid,
+                                state.cache, slot)
+    state = DecodeState(cache=cache, valid=valid, next_slot=slot + 1,
+                        next_position=state.next_position + 1)
     logits = text.logits(hidden[:, -1]).astype(jnp.float32)
-    return step + 1, cache, valid, logits, tokens, logprobs, now_finished, key
+    return step + 1, state, logits, tokens, logprobs, now_finished, key
 
   tokens = jnp.full((batch, config.max_new_tokens), config.pad_token, jnp.int32)
   logprobs = jnp.zeros((batch, config.max_new_tokens), jnp.float32)
-  state = (jnp.asarray(0), cache, valid, logits, tokens, logprobs, jnp.zeros(batch, bool), key)
-  step, _, _, _, tokens, logprobs, finished, _ = jax.lax.while_loop(cond, body, state)
+  carry = (jnp.asarray(0), state, logits_BxV.astype(jnp.float32), tokens, logprobs,
+           jnp.zeros(batch, bool), key)
+  step, _, _, tokens, logprobs, _, _ = jax.lax.while_loop(cond, body, carry)
   is_stop = jnp.any(tokens[..., None] == stops, axis=-1)
   first_stop = jnp.where(jnp.any(is_stop, -1), jnp.argmax(is_stop, -1) + 1, step)
   return Generation(tokens=tokens, logprobs=logprobs, lengths=first_stop.astype(jnp.int32))
