@@ -261,3 +261,45 @@ def test_append_an_observation_segment_equals_a_full_forward(checkpoint):
   expected = model(full, full_mask, pixels, grids, per_sequence)[:, 5:]
   np.testing.assert_allclose(np.asarray(logits), np.asarray(expected), atol=1e-4, rtol=1e-4)
   assert int(state.next_slot) == 15
+
+
+def test_processor_from_the_checkpoint_folder_feeds_the_model(tmp_path):
+  import PIL.Image
+  from jaxspatial.models.qwen2_5_vl import Qwen25VL
+  from jaxspatial.models.qwen2_5_vl.preprocess import preprocess_image
+  from jaxspatial.models.qwen2_5_vl.tokenizer import (load_processor, save_processor,
+                                                      train_tokenizer)
+  corpus = ["what is to the left of the red chair?", "<think>turn left</think>",
+            "the blue box is behind the table"] * 20
+  tokenizer = train_tokenizer(corpus, vocab_size=400)
+  image_id = tokenizer.convert_tokens_to_ids("<|image_pad|>")
+  config = tiny_hf_config()
+  config.image_token_id = image_id
+  config.vision_start_token_id = tokenizer.convert_tokens_to_ids("<|vision_start|>")
+  config.vision_end_token_id = tokenizer.convert_tokens_to_ids("<|vision_end|>")
+  config.text_config.vocab_size = len(tokenizer)
+  torch.manual_seed(0)
+  transformers.Qwen2_5_VLForConditionalGeneration(config).save_pretrained(tmp_path)
+  save_processor(tmp_path, tokenizer)
+  processor = load_processor(tmp_path)
+  image = np.random.default_rng(6).integers(0, 256, (56, 84, 3), dtype=np.uint8)
+  text = "<|vision_start|><|image_pad|><|vision_end|>what is to the left of the red chair?"
+  batch = processor(text=[text], images=[PIL.Image.fromarray(image)], return_tensors="np")
+  ids = batch["input_ids"]
+  assert (ids == image_id).sum() == 6  # 4 x 6 patches merged 2 x 2
+  pixels, grid = preprocess_image(jnp.asarray(image))
+  np.testing.assert_allclose(np.asarray(pixels), batch["pixel_values"], atol=1e-5)
+  model = Qwen25VL.from_pretrained(tmp_path)
+  logits = model(jnp.asarray(ids), jnp.asarray(batch["attention_mask"]), pixels, (grid,),
+                 jnp.asarray([[grid]]))
+  assert logits.shape == ids.shape + (len(tokenizer),) and np.isfinite(np.asarray(logits)).all()
+  with pytest.raises(FileNotFoundError, match="no tokenizer in"):
+    load_processor(tmp_path / "missing")
+
+
+def test_tiny_config_size():
+  import jax
+  from jaxspatial.models.qwen2_5_vl import Qwen25VL
+  model = nnx.eval_shape(lambda: Qwen25VL(Qwen25VLConfig.tiny(), rngs=nnx.Rngs(0)))
+  count = sum(int(np.prod(p.shape)) for p in jax.tree.leaves(nnx.state(model, nnx.Param)))
+  assert 100_000 < count < 1_000_000, count

@@ -83,6 +83,19 @@ class Qwen25VLConfig:
   raw: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
   @classmethod
+  def tiny(cls, vocab_size: int = 512) -> "Qwen25VLConfig":
+    """A few hundred thousand parameters: tests and CPU demos. The last six ids are the
+    vision special tokens (image, video, vision start / end)."""
+    return cls(
+        text=TextConfig(vocab_size=vocab_size, hidden_size=64, intermediate_size=128,
+                        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                        mrope_section=(2, 3, 3), tie_word_embeddings=True),
+        vision=VisionConfig(depth=2, hidden_size=32, intermediate_size=64, num_heads=2,
+                            out_hidden_size=64, fullatt_block_indexes=(1,)),
+        image_token_id=vocab_size - 6, video_token_id=vocab_size - 5,
+        vision_start_token_id=vocab_size - 4, vision_end_token_id=vocab_size - 3)
+
+  @classmethod
   def from_hf(cls, config: dict | str | pathlib.Path) -> "Qwen25VLConfig":
     """From a `config.json` dict, file or folder (transformers 4.x or 5.x layout)."""
     if not isinstance(config, dict):
