@@ -1,0 +1,136 @@
+"""3DThinker's latent block: special tokens, the `<output_3D>` expansion, embedding rows for
+new tokens, and the target-feature extractors.
+
+Targets are VGGT features (the last aggregator block's tokens). `VGGTExtractor` runs VGGT
+as a host callback where the `vggt` package and weights are installed. Here neither can be
+downloaded, so `GeometryStandInExtractor` computes deterministic features from the
+ground-truth geometry of synthetic scenes (depth and world coordinates pooled to VGGT's
+token grid, then a fixed random projection to the channel width): a stand-in that lets
+the whole pipeline train, not VGGT.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+LATENT_PAD, LATENT_START, LATENT_END = "<|latent_pad|>", "<|latent_start|>", "<|latent_end|>"
+OUTPUT_3D = "<output_3D>"
+
+
+def add_latent_tokens(tokenizer) -> dict[str, int]:
+  """Adds the three latent tokens as special tokens; returns their ids."""
+  tokenizer.add_special_tokens({"additional_special_tokens": [LATENT_PAD, LATENT_START,
+                                                               LATENT_END]})
+  return {t: tokenizer.convert_tokens_to_ids(t) for t in (LATENT_PAD, LATENT_START, LATENT_END)}
+
+
+def expand_output_3d(text: str, num_latents: int = 12) -> str:
+  """Replaces the `<output_3D>` placeholder with start + num_latents pads + end."""
+  if text.count(OUTPUT_3D) != 1:
+    raise ValueError(f"expand_output_3d: expected one {OUTPUT_3D} placeholder, found "
+                     f"{text.count(OUTPUT_3D)} in {text[:60]!r}")
+  return text.replace(OUTPUT_3D, LATENT_START + LATENT_PAD * num_latents + LATENT_END)
+
+
+def latent_label_mask(input_ids_BxL: jax.Array, pad_id: int) -> jax.Array:
+  """False at latent-pad positions: they take no cross-entropy (start, end and text do)."""
+  return input_ids_BxL != pad_id
+
+
+def grow_embeddings(text_model, vocab_size: int, *, rngs: nnx.Rngs) -> None:
+  """Adds rows to the token embedding (and an untied LM head) for new tokens; existing
+  rows are kept, new rows drawn like the originals' initialisation."""
+  embedding = text_model.embed_tokens.embedding
+  old = embedding[...]
+  if vocab_size < old.shape[0]:
+    raise ValueError(f"grow_embeddings: {vocab_size} is smaller than the vocabulary "
+                     f"{old.shape[0]}")
+  extra = vocab_size - old.shape[0]
+  new_rows = jax.random.normal(rngs.params(), (extra, old.shape[1]), old.dtype) * old.std()
+  embedding.set_value(jnp.concatenate([old, new_rows]))
+  text_model.embed_tokens.num_embeddings = vocab_size
+  if text_model.lm_head is not None:
+    kernel = text_model.lm_head.kernel
+    head = kernel[...]
+    new_cols = jax.random.normal(rngs.params(), (head.shape[0], extra), head.dtype) * head.std()
+    kernel.set_value(jnp.concatenate([head, new_cols], axis=1))
+    text_model.lm_head.out_features = vocab_size
+
+
+@dataclasses.dataclass(frozen=True)
+class GeometryStandInExtractor:
+  """Deterministic stand-in for VGGT features, from depth and world coordinates.
+
+  Each view is pooled to a grid x grid map of [depth, world x, y, z, valid] (VGGT's 37 x 37
+  patches for 518-pixel inputs), `special` zero-free tokens are prepended (VGGT's camera and
+  register tokens: here the view's camera centre and forward axis), and a fixed random
+  projection (seeded) maps the 5 geometric channels to `channels`.
+  """
+
+  grid: int = 37
+  special: int = 5
+  channels: int = 2048
+  seed: int = 0
+
+  @property
+  def tokens(self) -> int:
+    return self.special + self.grid * self.grid
+
+  def __call__(self, depth_NxHxW: np.ndarray, world_from_camera_Nx4x4: np.ndarray,
+               intrinsics_Nx4: np.ndarray) -> np.ndarray:
+    depth = np.asarray(depth_NxHxW, np.float32)
+    n, h, w = depth.shape
+    v, u = np.meshgrid(np.arange(h, dtype=np.float32), np.arange(w, dtype=np.float32),
+                       indexing="ij")
+    features = []
+    for i in range(n):
+      fx, fy, cx, cy = np.asarray(intrinsics_Nx4[i], np.float32)
+      pose = np.asarray(world_from_camera_Nx4x4[i], np.float32)
+      camera = np.stack([(u - cx) / fx * depth[i], (v - cy) / fy * depth[i], depth[i]], -1)
+      world = camera @ pose[:3, :3].T + pose[:3, 3]
+      valid = (depth[i] > 0).astype(np.float32)
+      maps = np.concatenate([depth[i][..., None], world * valid[..., None], valid[..., None]], -1)
+      rows = np.array_split(np.arange(h), self.grid)
+      cols = np.array_split(np.arange(w), self.grid)
+      pooled = np.stack([np.stack([maps[r][:, c].reshape(-1, 5).mean(0) for c in cols])
+                         for r in rows]).reshape(-1, 5)
+      special = np.zeros((self.special, 5), np.float32)
+      special[0, :3], special[1, :3] = pose[:3, 3], pose[:3, 2]
+      features.append(np.concatenate([special, pooled]))
+    projection = np.random.default_rng(self.seed).normal(size=(5, self.channels)).astype(
+        np.float32) / np.sqrt(5)
+    return np.stack(features) @ projection  # [N, tokens, channels]
+
+
+class VGGTExtractor:
+  """VGGT-1B's last aggregator block as target features, run on the host.
+
+  Needs the `vggt` package and its weights on local disk (`weights_path`); neither can be
+  fetched here, and the error says which is missing.
+  """
+
+  def __init__(self, weights_path: str, device: str = "cpu"):
+    try:
+      from vggt.models.vggt import VGGT  # pylint: disable=import-outside-toplevel
+    except ImportError as e:
+      raise ImportError("VGGTExtractor needs the `vggt` package (github.com/facebookresearch/"
+                        "vggt) installed; use GeometryStandInExtractor on synthetic data") from e
+    import os  # pylint: disable=import-outside-toplevel
+    if not os.path.exists(weights_path):
+      raise FileNotFoundError(f"VGGT weights not found at {weights_path}")
+    import torch  # pylint: disable=import-outside-toplevel
+    self.model = VGGT()
+    self.model.load_state_dict(torch.load(weights_path, map_location=device))
+    self.model.eval().to(device)
+    self.device = device
+
+  def __call__(self, images_Nx3xHxW) -> np.ndarray:
+    import torch  # pylint: disable=import-outside-toplevel
+    with torch.no_grad():
+      tokens, _ = self.model.aggregator(torch.as_tensor(images_Nx3xHxW)[None].to(self.device))
+    return tokens[-1][0].float().cpu().numpy()  # [N, tokens, 2048]
