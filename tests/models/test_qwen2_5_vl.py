@@ -303,3 +303,32 @@ def test_tiny_config_size():
   model = nnx.eval_shape(lambda: Qwen25VL(Qwen25VLConfig.tiny(), rngs=nnx.Rngs(0)))
   count = sum(int(np.prod(p.shape)) for p in jax.tree.leaves(nnx.state(model, nnx.Param)))
   assert 100_000 < count < 1_000_000, count
+
+
+def test_latent_mode_feeds_hidden_states_back_under_jit():
+  import jax
+  from jaxspatial.models.qwen2_5_vl import Qwen25VL
+  from jaxspatial.models.qwen2_5_vl.sampler import DecodeState, SamplingConfig, decode, prefill
+  config = Qwen25VLConfig.tiny()
+  model = Qwen25VL(config, rngs=nnx.Rngs(0))
+  start, pad, end = 500, 501, 502
+  prompt = jnp.asarray([[3, 4, 5, start], [7, 8, 9, start]])
+  mask = jnp.ones_like(prompt)
+  sampling = SamplingConfig(max_new_tokens=16, latent_tokens=(start, pad, end), num_latents=4)
+  run = nnx.jit(lambda m, p, a: decode(m, *prefill(m, p, a, 24), jax.random.key(0), sampling))
+  out = run(model, prompt, mask)
+  np.testing.assert_array_equal(np.asarray(out.tokens)[:, :5], [[pad] * 4 + [end]] * 2)
+  # A host-driven reference: feed each final hidden state back by hand.
+  state, _ = prefill(model, prompt, mask, 24)
+  hidden, latents = state.last_hidden, []
+  for _ in range(4):
+    latents.append(hidden)
+    valid = state.valid.at[:, state.next_slot].set(True)
+    position = jnp.broadcast_to(state.next_position[None, :, None], (3, 2, 1))
+    out_hidden, cache = model.language_model.extend(hidden[:, None], position, valid,
+                                                    state.cache, state.next_slot)
+    state = DecodeState(cache=cache, valid=valid, next_slot=state.next_slot + 1,
+                        next_position=state.next_position + 1, last_hidden=out_hidden[:, -1],
+                        last_token=jnp.full(2, pad))
+    hidden = out_hidden[:, -1]
+  np.testing.assert_allclose(np.asarray(out.latents), np.stack(latents, 1), atol=1e-5)

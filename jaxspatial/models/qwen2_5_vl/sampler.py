@@ -25,6 +25,11 @@ class SamplingConfig:
   stop_tokens: tuple[int, ...] = ()
   pad_token: int = 0             # emitted after a sequence stops
   cache_dtype: str = "float32"
+  # 3DThinker's latent mode: (start, pad, end) token ids. After `start` is emitted (or
+  # ends the prompt), `num_latents` steps feed the previous final hidden state back as the
+  # next input embedding (emitting `pad`), then `end` is forced.
+  latent_tokens: tuple[int, int, int] | None = None
+  num_latents: int = 12
 
 
 @struct.dataclass
@@ -32,6 +37,7 @@ class Generation:
   tokens: Array      # [B, N] int32, pad after a stop token
   logprobs: Array    # [B, N] float32 log-probabilities of the sampled tokens (0 on pads)
   lengths: Array     # [B] int32 generated tokens, the stop token included
+  latents: Array     # [B, num_latents, C] hidden states fed back in latent mode (else zeros)
 
 
 def filter_logits(logits_BxV: Array, top_k: int, top_p: float) -> Array:
@@ -58,6 +64,8 @@ class DecodeState:
   valid: Array         # [B, S] slots holding real tokens
   next_slot: Array     # [] int32, the first free slot (shared: prompts are left-padded)
   next_position: Array  # [B] int32, the M-RoPE position the next text token takes
+  last_hidden: Array    # [B, C] final-norm hidden state of the last written position
+  last_token: Array     # [B] int32, the last token written (-1 for embeddings)
 
 
 def prefill(model, input_ids_BxL: Array, attention_mask_BxL: Array, capacity: int,
@@ -71,7 +79,9 @@ def prefill(model, input_ids_BxL: Array, attention_mask_BxL: Array, capacity: in
   cache = model.language_model.init_cache(batch, capacity, cache_dtype)
   valid = jnp.zeros((batch, capacity), bool)
   state = DecodeState(cache=cache, valid=valid, next_slot=jnp.asarray(0, jnp.int32),
-                      next_position=jnp.zeros(batch, jnp.int32))
+                      next_position=jnp.zeros(batch, jnp.int32),
+                      last_hidden=jnp.zeros((batch, model.config.text.hidden_size), jnp.float32),
+                      last_token=jnp.full(batch, -1, jnp.int32))
   state, logits = append(model, state, input_ids_BxL, attention_mask_BxL, pixel_values, grids,
                          sequence_grids_BxKx3)
   return state, logits[:, -1]
@@ -99,7 +109,9 @@ def append(model, state: DecodeState, input_ids_BxT: Array, attention_mask_BxT: 
                             jnp.max(jnp.where(real[None], positions, -1), axis=(0, 2)) + 1,
                             state.next_position)
   state = DecodeState(cache=cache, valid=valid, next_slot=state.next_slot + length,
-                      next_position=next_position)
+                      next_position=next_position,
+                      last_hidden=hidden[:, -1].astype(jnp.float32),
+                      last_token=input_ids_BxT[:, -1].astype(jnp.int32))
   return state, text.logits(hidden).astype(jnp.float32)
 
 
@@ -131,34 +143,57 @@ def decode(model, state: DecodeState, logits_BxV: Array, key: Array,
       logp = jax.nn.log_softmax(scaled, axis=-1)
     return token.astype(jnp.int32), jnp.take_along_axis(logp, token[:, None], -1)[:, 0]
 
+  hidden_size = state.last_hidden.shape[-1]
+  latent = config.latent_tokens
+  start_id, pad_id, end_id = latent if latent else (-1, -1, -1)
+
   def cond(carry):
     step, *_, finished, _ = carry
     return (step < config.max_new_tokens) & ~jnp.all(finished)
 
   def body(carry):
-    step, state, logits, tokens, logprobs, finished, key = carry
+    step, state, logits, tokens, logprobs, latent_left, latents, finished, key = carry
     key, sample_key = jax.random.split(key)
     token, logp = choose(logits, sample_key)
+    in_latent = latent_left > 0
+    force_end = latent_left == -1  # the latent block just ended: its end token is forced
+    token = jnp.where(in_latent, pad_id, jnp.where(force_end, end_id, token))
+    logp = jnp.where(in_latent | force_end, 0.0, logp)
     token = jnp.where(finished, config.pad_token, token)
     logp = jnp.where(finished, 0.0, logp)
     tokens = tokens.at[:, step].set(token)
     logprobs = logprobs.at[:, step].set(logp)
     now_finished = finished | jnp.any(token[:, None] == stops[None], axis=-1)
+    # Latent steps feed the previous final hidden state back instead of a token embedding.
+    feed = in_latent & ~finished
+    embeds = jnp.where(feed[:, None, None], state.last_hidden[:, None].astype(jnp.float32),
+                       text.embed_tokens(token[:, None]).astype(jnp.float32))
+    index = config.num_latents - latent_left
+    latents = jnp.where((feed[:, None] & (jnp.arange(config.num_latents)[None] == index[:, None])
+                         )[..., None], state.last_hidden[:, None], latents)
+    latent_left = jnp.where(
+        feed, jnp.where(latent_left == 1, -1, latent_left - 1),
+        jnp.where(force_end, 0,
+                  jnp.where((token == start_id) & ~finished, config.num_latents, latent_left)))
     slot = state.next_slot
     valid = state.valid.at[:, slot].set(True)
     position = jnp.broadcast_to(state.next_position[None, :, None], (3, batch, 1))
-    hidden, cache = text.extend(text.embed_tokens(token[:, None]), position, valid,
-                                state.cache, slot)
+    hidden, cache = text.extend(embeds.astype(text.embed_tokens.embedding[...].dtype), position,
+                                valid, state.cache, slot)
     state = DecodeState(cache=cache, valid=valid, next_slot=slot + 1,
-                        next_position=state.next_position + 1)
+                        next_position=state.next_position + 1,
+                        last_hidden=hidden[:, -1].astype(jnp.float32), last_token=token)
     logits = text.logits(hidden[:, -1]).astype(jnp.float32)
-    return step + 1, state, logits, tokens, logprobs, now_finished, key
+    return step + 1, state, logits, tokens, logprobs, latent_left, latents, now_finished, key
 
   tokens = jnp.full((batch, config.max_new_tokens), config.pad_token, jnp.int32)
   logprobs = jnp.zeros((batch, config.max_new_tokens), jnp.float32)
+  latent_left = jnp.where(state.last_token == start_id, config.num_latents, 0).astype(jnp.int32)
+  latents = jnp.zeros((batch, config.num_latents, hidden_size), jnp.float32)
   carry = (jnp.asarray(0), state, logits_BxV.astype(jnp.float32), tokens, logprobs,
-           jnp.zeros(batch, bool), key)
-  step, _, _, tokens, logprobs, _, _ = jax.lax.while_loop(cond, body, carry)
+           latent_left, latents, jnp.zeros(batch, bool), key)
+  step, _, _, tokens, logprobs, _, latents, _, _ = jax.lax.while_loop(cond, body, carry)
   is_stop = jnp.any(tokens[..., None] == stops, axis=-1)
   first_stop = jnp.where(jnp.any(is_stop, -1), jnp.argmax(is_stop, -1) + 1, step)
-  return Generation(tokens=tokens, logprobs=logprobs, lengths=first_stop.astype(jnp.int32))
+  return Generation(tokens=tokens, logprobs=logprobs, lengths=first_stop.astype(jnp.int32),
+                    latents=latents)
