@@ -21,3 +21,12 @@ def test_paper_configs(name, estimator, beta, aggregation):
   if estimator == "or_gigpo":
     assert (config.advantage.gamma, config.advantage.omega, config.advantage.delta) == (
         0.99, 1.0, 0.9)
+
+
+def test_thinker3d_stage1_config_builds_the_projector():
+  from jaxspatial.models import Projector3DConfig
+  config = importlib.import_module("configs.thinker3d_stage1").get_config()
+  reference = Projector3DConfig(**config.projector)
+  assert reference.parameter_count() == 35_255_898
+  assert (config.loss.ce_weight, config.loss.alignment_weight) == (0.1, 0.0005)
+  Projector3DConfig(**config.cpu.projector)
