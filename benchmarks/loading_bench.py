@@ -43,8 +43,7 @@ print(json.dumps(dict(baseline=baseline, peak=peak[0], after=process.memory_info
 
 
 def main() -> None:
-  import torch
-  import transformers
+  import transformers  # pylint: disable=import-outside-toplevel
   with tempfile.TemporaryDirectory() as folder:
     config = transformers.Qwen2_5_VLConfig(
         text_config=dict(vocab_size=65536, hidden_size=1024, intermediate_size=2048,

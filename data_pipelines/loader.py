@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 
 import grain
+import jax
 import numpy as np
 
 from data_pipelines.synthetic.questions import FAMILIES, LETTERS
@@ -95,7 +96,6 @@ class SceneToTasks(grain.experimental.FlatMapTransform):
 
 
 def _stack(items):
-  import jax  # pylint: disable=import-outside-toplevel
   return jax.tree.map(lambda *xs: np.stack(xs), *items)
 
 
