@@ -1,0 +1,617 @@
+"""Grammars as byte automata, walked through a tokenizer's vocabulary into device tables.
+
+A grammar is a small regular expression tree over bytes (`Lit`, `Bytes`, `Seq`, `Alt`,
+`Repeat`) with labelled fields (`Enum`, `Number`). It compiles to a minimal DFA over the
+256 byte values whose transitions carry the field (and, on an enum option's last byte,
+the option) they write. `compile_token_automaton` then walks every vocabulary token's
+bytes from every state, giving the tables a rollout uses on device:
+
+  token_next [S, V]   state after a token (DEAD when the grammar cannot continue; a walk
+                      stops at the first accepting state, later bytes of the token ignored)
+  distance   [S]      fewest tokens from a state to acceptance (constrained decoding forces
+                      a call to close within the turn's token budget)
+  byte_next, byte_field, byte_option [S, 256]   the byte-level DFA and its labels, from
+                      which the parsed action is read on device
+
+A turn ends at the first closing tag (`stops`, e.g. `</tool_call>`, `</answer>`), as a
+serving engine's stop strings do. The DFA accepts exactly the turns that match the
+grammar and contain no closing tag before their end: the grammar intersected with
+"no stop string except as a suffix". State 0 is the dead state, state 1 the start.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+Array = jax.Array
+DEAD, START = 0, 1
+NO_FIELD, NO_OPTION = 0, -1
+
+
+# ----------------------------------------------------------------------------- grammar tree
+
+@dataclasses.dataclass(frozen=True)
+class Bytes:
+  """One byte from a set."""
+  values: frozenset
+
+
+@dataclasses.dataclass(frozen=True)
+class Seq:
+  items: tuple
+
+
+@dataclasses.dataclass(frozen=True)
+class Alt:
+  items: tuple
+
+
+@dataclasses.dataclass(frozen=True)
+class Repeat:
+  item: object
+  min: int = 0
+  max: int | None = None  # None: unbounded
+
+
+@dataclasses.dataclass(frozen=True)
+class TextWithout:
+  """Any bytes not containing `pattern` (free text up to its closing tag)."""
+  pattern: bytes
+
+
+@dataclasses.dataclass(frozen=True)
+class Enum:
+  """A field whose value is one of `options` (literal byte strings, none a prefix of another).
+  `continuations`, when given, is one grammar node per option that must follow it."""
+  name: str
+  options: tuple
+  continuations: tuple | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Number:
+  """A field holding a decimal number in [lo, hi] (integer bounds), JSON syntax (no leading
+  zeros, a '-' only when lo < 0), at most `decimals` digits after the point."""
+  name: str
+  lo: int
+  hi: int
+  decimals: int = 0
+
+
+def lit(text: str | bytes) -> Seq:
+  data = text.encode() if isinstance(text, str) else text
+  return Seq(tuple(Bytes(frozenset([b])) for b in data))
+
+
+def seq(*items) -> Seq:
+  return Seq(tuple(lit(i) if isinstance(i, (str, bytes)) else i for i in items))
+
+
+def alt(*items) -> Alt:
+  return Alt(tuple(lit(i) if isinstance(i, (str, bytes)) else i for i in items))
+
+
+def one_of(chars: str | bytes) -> Bytes:
+  data = chars.encode() if isinstance(chars, str) else chars
+  return Bytes(frozenset(data))
+
+
+ANY = Bytes(frozenset(range(256)))
+JSON_WS = Repeat(one_of(" \t\n\r"))
+
+
+def optional(item) -> Repeat:
+  return Repeat(item, 0, 1)
+
+
+def _fields(node, out: list) -> list:
+  if isinstance(node, (Enum, Number)):
+    if any(f.name == node.name for f in out):
+      raise ValueError(f"grammar: field {node.name!r} appears twice")
+    out.append(node)
+  if isinstance(node, Enum) and node.continuations:
+    for item in node.continuations:
+      _fields(item, out)
+  elif isinstance(node, (Seq, Alt)):
+    for item in node.items:
+      _fields(item, out)
+  elif isinstance(node, Repeat):
+    _fields(node.item, out)
+  return out
+
+
+def _literals(node, out: set) -> set:
+  """Byte strings the grammar spells out (whole `lit`s and enum options)."""
+  if isinstance(node, Seq) and node.items and all(
+      isinstance(i, Bytes) and len(i.values) == 1 for i in node.items):
+    out.add(bytes(next(iter(i.values)) for i in node.items))
+  if isinstance(node, Enum):
+    out.update(node.options)
+    for item in node.continuations or ():
+      _literals(item, out)
+  if isinstance(node, (Seq, Alt)):
+    for item in node.items:
+      _literals(item, out)
+  elif isinstance(node, Repeat):
+    _literals(node.item, out)
+  return out
+
+
+def _number_strings(lo: int, hi: int, decimals: int) -> list[tuple[bytes, bool]]:
+  """(integer part with sign, whether a fraction may follow) for the numbers in [lo, hi].
+  A fraction after the bound itself may only be zeros, handled by the caller."""
+  out = []
+  for value in range(max(lo, 0), hi + 1):
+    out.append((str(value).encode(), value < hi))
+  if lo < 0:
+    for magnitude in range(0, -lo + 1):
+      out.append((b"-" + str(magnitude).encode(), magnitude < -lo))
+  return out
+
+
+# ----------------------------------------------------------------------------- NFA
+
+class _NFA:
+  def __init__(self):
+    self.eps: list[list[int]] = []
+    self.edges: list[list[tuple[tuple[int, ...], int, tuple[int, int]]]] = []
+
+  def state(self) -> int:
+    self.eps.append([])
+    self.edges.append([])
+    return len(self.eps) - 1
+
+  def build(self, node, label, field_ids) -> tuple[int, int]:
+    if isinstance(node, Bytes):
+      a, b = self.state(), self.state()
+      self.edges[a].append((tuple(sorted(node.values)), b, label))
+      return a, b
+    if isinstance(node, Seq):
+      a = self.state()
+      end = a
+      for item in node.items:
+        s, e = self.build(item, label, field_ids)
+        self.eps[end].append(s)
+        end = e
+      return a, end
+    if isinstance(node, Alt):
+      a, b = self.state(), self.state()
+      for item in node.items:
+        s, e = self.build(item, label, field_ids)
+        self.eps[a].append(s)
+        self.eps[e].append(b)
+      return a, b
+    if isinstance(node, Repeat):
+      a = self.state()
+      end = a
+      for _ in range(node.min):
+        s, e = self.build(node.item, label, field_ids)
+        self.eps[end].append(s)
+        end = e
+      if node.max is None:
+        s, e = self.build(node.item, label, field_ids)
+        self.eps[end].append(s)
+        self.eps[e].append(s)
+        b = self.state()
+        self.eps[end].append(b)
+        self.eps[e].append(b)
+        return a, b
+      b = self.state()
+      for _ in range(node.max - node.min):
+        self.eps[end].append(b)
+        s, e = self.build(node.item, label, field_ids)
+        self.eps[end].append(s)
+        end = e
+      self.eps[end].append(b)
+      return a, b
+    if isinstance(node, TextWithout):
+      return self._text_without(node.pattern, label)
+    if isinstance(node, Enum):
+      field = field_ids[node.name]
+      for i, x in enumerate(node.options):
+        for y in node.options[i + 1:]:
+          if x.startswith(y) or y.startswith(x):
+            raise ValueError(f"grammar: enum {node.name!r} options {x!r} and {y!r} are "
+                             "prefixes of one another; the parsed option would be ambiguous")
+      if node.continuations is not None and len(node.continuations) != len(node.options):
+        raise ValueError(f"grammar: enum {node.name!r} has {len(node.options)} options and "
+                         f"{len(node.continuations)} continuations")
+      a, b = self.state(), self.state()
+      for k, option in enumerate(node.options):
+        if not option:
+          raise ValueError(f"grammar: enum {node.name!r} has an empty option")
+        end = a
+        for j, byte in enumerate(option):
+          nxt = self.state()
+          self.edges[end].append(((byte,), nxt, (field, k if j == len(option) - 1 else -1)))
+          end = nxt
+        if node.continuations is not None:
+          s, e = self.build(node.continuations[k], label, field_ids)
+          self.eps[end].append(s)
+          end = e
+        self.eps[end].append(b)
+      return a, b
+    if isinstance(node, Number):
+      if node.lo > node.hi:
+        raise ValueError(f"grammar: number {node.name!r} has lo {node.lo} > hi {node.hi}")
+      field = (field_ids[node.name], NO_OPTION)
+      digit = Bytes(frozenset(b"0123456789"))
+      fraction = seq(".", Repeat(digit, 1, node.decimals)) if node.decimals else None
+      zeros = seq(".", Repeat(lit("0"), 1, node.decimals)) if node.decimals else None
+      options = []
+      for text, open_fraction in _number_strings(node.lo, node.hi, node.decimals):
+        tail = fraction if open_fraction else zeros
+        options.append(seq(lit(text), optional(tail)) if tail else lit(text))
+      return self.build(Alt(tuple(options)), field, field_ids)
+    raise TypeError(f"grammar: unknown node {type(node).__name__}")
+
+  def _text_without(self, pattern: bytes, label) -> tuple[int, int]:
+    """KMP automaton of `pattern` with the full match removed; every state may end."""
+    if not pattern:
+      raise ValueError("grammar: TextWithout needs a non-empty pattern")
+    m = len(pattern)
+    failure = [0] * m
+    k = 0
+    for i in range(1, m):
+      while k and pattern[i] != pattern[k]:
+        k = failure[k - 1]
+      if pattern[i] == pattern[k]:
+        k += 1
+      failure[i] = k
+
+    def advance(state: int, byte: int) -> int:
+      while state and pattern[state] != byte:
+        state = failure[state - 1]
+      return state + 1 if pattern[state] == byte else 0
+
+    states = [self.state() for _ in range(m)]
+    end = self.state()
+    for k, s in enumerate(states):
+      self.eps[s].append(end)
+      targets: dict[int, list[int]] = {}
+      for byte in range(256):
+        t = advance(k, byte)
+        if t < m:
+          targets.setdefault(t, []).append(byte)
+      for t, values in targets.items():
+        self.edges[s].append((tuple(values), states[t], label))
+    return states[0], end
+
+  def closure(self, states) -> frozenset:
+    if not hasattr(self, "_closures"):
+      self._closures = {}
+    out = set()
+    for state in states:
+      if state not in self._closures:
+        stack, seen = [state], {state}
+        while stack:
+          for t in self.eps[stack.pop()]:
+            if t not in seen:
+              seen.add(t)
+              stack.append(t)
+        self._closures[state] = frozenset(seen)
+      out |= self._closures[state]
+    return frozenset(out)
+
+  def live(self, accept: int) -> np.ndarray:
+    """States from which `accept` is reachable."""
+    reverse: list[list[int]] = [[] for _ in self.eps]
+    for s in range(len(self.eps)):
+      for t in self.eps[s]:
+        reverse[t].append(s)
+      for _, t, _ in self.edges[s]:
+        reverse[t].append(s)
+    live = np.zeros(len(self.eps), bool)
+    live[accept] = True
+    stack = [accept]
+    while stack:
+      for s in reverse[stack.pop()]:
+        if not live[s]:
+          live[s] = True
+          stack.append(s)
+    return live
+
+
+# ----------------------------------------------------------------------------- DFA
+
+@dataclasses.dataclass
+class DFA:
+  """A complete DFA over bytes. State 0 is dead, 1 the start."""
+  next: np.ndarray       # [S, 256] int32
+  field: np.ndarray      # [S, 256] int32, NO_FIELD where the byte writes no field
+  option: np.ndarray     # [S, 256] int32, the enum option an option's last byte completes
+  accepting: np.ndarray  # [S] bool
+
+  @property
+  def num_states(self) -> int:
+    return self.next.shape[0]
+
+  def walk(self, data: bytes) -> int:
+    """The state after `data`, stopping at the first accepting state."""
+    state = START
+    for byte in data:
+      if self.accepting[state]:
+        break
+      state = int(self.next[state, byte])
+    return state
+
+
+def determinize(node, field_names: dict[str, int]) -> DFA:
+  nfa = _NFA()
+  start, accept = nfa.build(node, (NO_FIELD, NO_OPTION), field_names)
+  live = nfa.live(accept)
+  first = nfa.closure([start])
+  index = {frozenset(): DEAD, first: START}
+  order = [frozenset(), first]
+  rows_next, rows_field, rows_option = [np.zeros(256, np.int32)], [np.zeros(256, np.int32)], [
+      np.full(256, NO_OPTION, np.int32)]
+  i = 1
+  while i < len(order):
+    subset = order[i]
+    targets: dict[int, set] = {}
+    labels: dict[int, set] = {}
+    for s in subset:
+      for values, t, label in nfa.edges[s]:
+        if not live[t]:
+          continue
+        for byte in values:
+          targets.setdefault(byte, set()).add(t)
+          labels.setdefault(byte, set()).add(label)
+    row_next = np.zeros(256, np.int32)
+    row_field = np.zeros(256, np.int32)
+    row_option = np.full(256, NO_OPTION, np.int32)
+    for byte, ts in targets.items():
+      if len(labels[byte]) > 1:
+        raise ValueError(f"grammar: byte {bytes([byte])!r} may belong to different fields "
+                         f"or options here ({sorted(labels[byte])}); the parse is ambiguous")
+      closed = nfa.closure(ts)
+      if closed not in index:
+        index[closed] = len(order)
+        order.append(closed)
+      row_next[byte] = index[closed]
+      row_field[byte], row_option[byte] = next(iter(labels[byte]))
+    rows_next.append(row_next)
+    rows_field.append(row_field)
+    rows_option.append(row_option)
+    i += 1
+  accepting = np.asarray([accept in s for s in order])
+  return DFA(np.stack(rows_next), np.stack(rows_field), np.stack(rows_option), accepting)
+
+
+def first_stop(stops: tuple[bytes, ...]) -> DFA:
+  """Accepts the strings that end at their first occurrence of a stop string."""
+  found = determinize(seq(Repeat(ANY), Alt(tuple(lit(s) for s in stops))), {})
+  nxt = found.next.copy()
+  nxt[found.accepting] = DEAD  # nothing may follow the first stop string
+  return DFA(nxt, found.field, found.option, found.accepting)
+
+
+def intersect(a: DFA, b: DFA) -> DFA:
+  """The product automaton (labels from `a`); b's dead state kills the pair."""
+  index = {(DEAD, DEAD): DEAD, (START, START): START}
+  order = [(DEAD, DEAD), (START, START)]
+  rows = []
+  i = 0
+  while i < len(order):
+    sa, sb = order[i]
+    row = np.zeros(256, np.int32)
+    if i != DEAD:
+      for byte in range(256):
+        pair = (int(a.next[sa, byte]), int(b.next[sb, byte]))
+        if pair[0] == DEAD or pair[1] == DEAD:
+          continue
+        if pair not in index:
+          index[pair] = len(order)
+          order.append(pair)
+        row[byte] = index[pair]
+    rows.append(row)
+    i += 1
+  pa = np.asarray([p[0] for p in order])
+  pb = np.asarray([p[1] for p in order])
+  nxt = np.stack(rows)
+  alive = nxt != DEAD
+  return DFA(nxt, np.where(alive, a.field[pa], NO_FIELD),
+             np.where(alive, a.option[pa], NO_OPTION), a.accepting[pa] & b.accepting[pb])
+
+
+def minimize(dfa: DFA) -> DFA:
+  """Moore partition refinement; transitions must agree on their target class and label."""
+  klass = dfa.accepting.astype(np.int64)
+  klass[DEAD] = 2  # keep the dead state's class apart even when nothing else is dead
+  count = len(np.unique(klass))
+  while True:
+    signature = np.ascontiguousarray(np.concatenate(
+        [klass[:, None], klass[dfa.next], dfa.field, dfa.option], 1).astype(np.int32))
+    ids: dict[bytes, int] = {}
+    refined = np.asarray([ids.setdefault(row.tobytes(), len(ids)) for row in signature])
+    if len(ids) == count:
+      break
+    klass, count = refined, len(ids)
+  # Renumber: dead -> 0, start -> 1, the rest in order of first appearance.
+  mapping = {int(klass[DEAD]): DEAD}
+  if int(klass[START]) not in mapping:
+    mapping[int(klass[START])] = START
+  for k in klass:
+    if int(k) not in mapping:
+      mapping[int(k)] = len(mapping)
+  new = np.asarray([mapping[int(k)] for k in klass])
+  size = len(mapping)
+  representative = np.zeros(size, np.int64)
+  representative[new[::-1]] = np.arange(len(new))[::-1]
+  return DFA(new[dfa.next[representative]].astype(np.int32), dfa.field[representative],
+             dfa.option[representative], dfa.accepting[representative])
+
+
+# ----------------------------------------------------------------------------- grammar
+
+@dataclasses.dataclass(frozen=True)
+class Grammar:
+  """A turn's grammar: the tree, the closing tags that end a turn, and its fields."""
+  name: str
+  root: object
+  stops: tuple[bytes, ...]
+
+  @functools.cached_property
+  def fields(self) -> tuple:
+    return tuple(_fields(self.root, []))
+
+  def field_id(self, name: str) -> int:
+    for i, f in enumerate(self.fields):
+      if f.name == name:
+        return i + 1
+    raise KeyError(f"grammar {self.name!r} has no field {name!r}; it has "
+                   f"{[f.name for f in self.fields]}")
+
+  def option(self, field: str, option: bytes) -> int:
+    """The value an enum field takes for `option`."""
+    spec = self.fields[self.field_id(field) - 1]
+    if not isinstance(spec, Enum) or option not in spec.options:
+      raise KeyError(f"grammar {self.name!r}: field {field!r} has no option {option!r}")
+    return spec.options.index(option)
+
+  @functools.cached_property
+  def dfa(self) -> DFA:
+    ids = {f.name: i + 1 for i, f in enumerate(self.fields)}
+    turn = determinize(self.root, ids)
+    return minimize(intersect(turn, first_stop(self.stops)))
+
+  @functools.cached_property
+  def stop_dfa(self) -> DFA:
+    return minimize(first_stop(self.stops))
+
+  @functools.cached_property
+  def literals(self) -> frozenset:
+    return frozenset(_literals(self.root, set()))
+
+
+# ----------------------------------------------------------------------------- tokens
+
+def _byte_decoder() -> dict[str, int]:
+  """GPT-2's byte <-> printable unicode map, inverted (byte-level BPE vocabularies)."""
+  printable = (list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
+               + list(range(ord("®"), ord("ÿ") + 1)))
+  codes = printable[:]
+  extra = 0
+  for b in range(256):
+    if b not in printable:
+      printable.append(b)
+      codes.append(256 + extra)
+      extra += 1
+  return {chr(c): b for b, c in zip(printable, codes)}
+
+
+def token_bytes(tokenizer) -> tuple[list[bytes], np.ndarray]:
+  """Each token id's bytes (special tokens: their text), and which ids are special."""
+  decoder = _byte_decoder()
+  size = len(tokenizer)
+  special_ids = {i: t.content for i, t in tokenizer.added_tokens_decoder.items()}
+  out, special = [], np.zeros(size, bool)
+  pieces = tokenizer.convert_ids_to_tokens(list(range(size)))
+  for i, piece in enumerate(pieces):
+    if i in special_ids:
+      out.append(special_ids[i].encode())
+      special[i] = True
+      continue
+    if piece is None or any(ch not in decoder for ch in piece):
+      raise ValueError(f"token_bytes: token {i} ({piece!r}) is not a byte-level BPE piece; "
+                       "only byte-level BPE tokenizers (GPT-2 / Qwen style) are supported")
+    out.append(bytes(decoder[ch] for ch in piece))
+  return out, special
+
+
+def _walk_tokens(dfa: DFA, pieces_VxL: np.ndarray, lengths_V: np.ndarray) -> np.ndarray:
+  """[S, V] state after each token from each state, stopping at the first accepting state."""
+  states = np.broadcast_to(np.arange(dfa.num_states)[:, None],
+                           (dfa.num_states, len(lengths_V))).copy()
+  done = dfa.accepting[states]
+  for j in range(pieces_VxL.shape[1]):
+    active = (~done) & (j < lengths_V)[None]
+    moved = dfa.next[states, np.maximum(pieces_VxL[:, j], 0)[None]]
+    states = np.where(active, moved, states)
+    done |= active & dfa.accepting[states]
+  # A token that starts in an accepting state continues past the turn's end: dead.
+  states[dfa.accepting] = DEAD
+  return states.astype(np.int32)
+
+
+def _distances(token_next: np.ndarray, accepting: np.ndarray, allowed_V: np.ndarray) -> np.ndarray:
+  big = np.iinfo(np.int32).max // 2
+  dist = np.where(accepting, 0, big).astype(np.int64)
+  table = token_next[:, allowed_V]
+  while True:
+    step = np.minimum(dist, 1 + dist[table].min(axis=1, initial=big))
+    step[accepting] = 0
+    step[DEAD] = big
+    if np.array_equal(step, dist):
+      return np.minimum(dist, big).astype(np.int32)
+    dist = step
+
+
+@struct.dataclass
+class TokenAutomaton:
+  """Device tables for one grammar and one tokenizer (see the module docstring)."""
+  token_next: Array      # [S, V] int32
+  distance: Array        # [S] int32 fewest tokens to acceptance (large when impossible)
+  accepting: Array       # [S] bool
+  byte_next: Array       # [S, 256] int32
+  byte_field: Array      # [S, 256] int32
+  byte_option: Array     # [S, 256] int32
+  stop_next: Array       # [Sc, V] int32 the stop automaton (first closing tag)
+  stop_accepting: Array  # [Sc] bool
+  token_bytes: Array     # [V, Lmax] int32 byte values, -1 padded
+  token_length: Array    # [V] int32
+  banned: Array          # [V] bool: special tokens the grammar never spells (masked when
+                         # constrained)
+  grammar: Grammar = struct.field(pytree_node=False)
+
+  @property
+  def vocab_size(self) -> int:
+    return self.token_next.shape[1]
+
+
+def compile_token_automaton(grammar: Grammar, tokenizer, vocab_size: int | None = None
+                            ) -> TokenAutomaton:
+  """Tables for `grammar` over `tokenizer`'s vocabulary, padded to the model's `vocab_size`
+  (ids past the tokenizer's are dead and banned)."""
+  pieces, special = token_bytes(tokenizer)
+  size = vocab_size or len(pieces)
+  if size < len(pieces):
+    raise ValueError(f"compile_token_automaton: vocab_size {size} is smaller than the "
+                     f"tokenizer's {len(pieces)} tokens")
+  longest = max(len(p) for p in pieces)
+  table = np.full((size, longest), -1, np.int32)
+  lengths = np.zeros(size, np.int32)
+  for i, piece in enumerate(pieces):
+    table[i, :len(piece)] = np.frombuffer(piece, np.uint8)
+    lengths[i] = len(piece)
+  literals = grammar.literals
+  banned = np.ones(size, bool)
+  banned[:len(pieces)] = special & np.asarray([p not in literals for p in pieces])
+  dfa, stop = grammar.dfa, grammar.stop_dfa
+  token_next = _walk_tokens(dfa, table, lengths)
+  token_next[:, lengths == 0] = DEAD
+  stop_next = _walk_tokens(stop, table, lengths)
+  stop_next[:, lengths == 0] = DEAD
+  distance = _distances(token_next, dfa.accepting, ~banned)
+  index_dtype = np.int16 if dfa.num_states < 2 ** 15 else np.int32
+  return TokenAutomaton(
+      token_next=jnp.asarray(token_next.astype(index_dtype)), distance=jnp.asarray(distance),
+      accepting=jnp.asarray(dfa.accepting), byte_next=jnp.asarray(dfa.next),
+      byte_field=jnp.asarray(dfa.field), byte_option=jnp.asarray(dfa.option),
+      stop_next=jnp.asarray(stop_next.astype(index_dtype)),
+      stop_accepting=jnp.asarray(stop.accepting), token_bytes=jnp.asarray(table),
+      token_length=jnp.asarray(lengths), banned=jnp.asarray(banned), grammar=grammar)
+
+
+def allowed_tokens(automaton: TokenAutomaton, state_B: Array, remaining_B: Array) -> Array:
+  """[B, V] tokens that keep the grammar alive and can still close within `remaining`
+  tokens (this one included): the mask of constrained decoding."""
+  nxt = automaton.token_next[state_B].astype(jnp.int32)
+  return ((nxt != DEAD) & ~automaton.banned[None]
+          & (automaton.distance[nxt] <= remaining_B[:, None] - 1))
