@@ -29,8 +29,9 @@ class ParsedTurn:
   values: Array
   present: Array
 
-  def field(self, automaton: TokenAutomaton, name: str) -> tuple[Array, Array]:
-    index = automaton.grammar.field_id(name) - 1
+  def field(self, grammar, name: str) -> tuple[Array, Array]:
+    """(value, present) of a field by name (`grammar`: a Grammar)."""
+    index = grammar.field_id(name) - 1
     return self.values[..., index], self.present[..., index]
 
 

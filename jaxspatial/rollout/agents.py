@@ -1,0 +1,139 @@
+"""What the episode loop needs to know about one paper's agent: its grammar, its observation
+message, how a parsed turn becomes an environment action, and its reward.
+
+An agent is a frozen dataclass (static under jit). Its functions act on one episode; the
+loop vmaps them.
+
+  reset(key, task)                    -> (image, numbers, env_state)
+  step(key, env_state, parsed, answered) -> (image, numbers, env_state, invalid)
+  reward(env_state, task, answer, answered, malformed, judge) -> (reward, components)
+
+`answer` is the content of the final turn's first <answer>...</answer> as bytes (-1
+padded); `answered` says the episode ended with a well-formed answer turn, `malformed`
+that it ended with a malformed turn or a tool call after its last turn. `judge` is a
+host judge's verdict when one is configured.
+
+`numbers` are the values the observation template formats (Act3D: the camera position and
+the look-at point, to 0.01 m).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+
+from jaxspatial.envs import act3d, think3d
+from jaxspatial.rl.rewards import device_text
+from jaxspatial.rl.rewards.papers import Act3DRewardConfig, Think3DRewardConfig, act3d_reward
+from jaxspatial.rollout import grammars
+from jaxspatial.rollout.automaton import Grammar
+
+Array = jax.Array
+
+TOOL_RESPONSE = ("<|im_end|>\n<|im_start|>user\n<tool_response>\n<|vision_start|><|image_pad|>"
+                 "<|vision_end|>\n{body}\n</tool_response><|im_end|>\n<|im_start|>assistant\n")
+
+
+@dataclasses.dataclass(frozen=True)
+class Act3DAgent:
+  """Act3D: relative camera moves, then a short-phrase answer judged against the reference."""
+  params: act3d.Act3DParams = act3d.Act3DParams()
+  reward_config: Act3DRewardConfig = Act3DRewardConfig()
+  max_distance: int = 360
+
+  @functools.cached_property
+  def grammar(self) -> Grammar:
+    return grammars.act3d(self.max_distance)
+
+  @property
+  def image_size(self) -> tuple[int, int]:
+    return self.params.height, self.params.width
+
+  @property
+  def observation(self) -> str:
+    return TOOL_RESPONSE.format(body="Camera at ({}, {}, {}), looking at ({}, {}, {}).")
+
+  def reset(self, key, task):
+    obs, state = act3d.reset(key, task, self.params)
+    return obs.image, jnp.concatenate([obs.position, obs.look_at]), state
+
+  def step(self, key, state, parsed, answered):
+    action_id, _ = parsed.field(self.grammar, "action")
+    distance, has_distance = parsed.field(self.grammar, "distance")
+    primitive = jnp.where(answered, act3d.STOP, action_id.astype(jnp.int32))
+    action = act3d.Act3DAction(primitive=primitive, distance=distance,
+                               has_distance=has_distance, position=jnp.zeros(3),
+                               look_at=jnp.zeros(3))
+    obs, state, _, _, info = act3d.step(key, state, action, self.params)
+    return (obs.image, jnp.concatenate([obs.position, obs.look_at]), state, info["invalid"])
+
+  def reward(self, state, task, answer_bytes, answered, malformed, judge=None):
+    prediction = jnp.where(answered, answer_bytes, -1)
+    exact = device_text.exact_match(prediction, task.answer_ids)
+    verdict = (device_text.rule_judge(prediction, task.answer_ids) if judge is None
+               else judge)
+    space = jnp.zeros(prediction.shape, bool)
+    for byte in device_text.WHITESPACE:
+      space |= prediction == byte
+    empty = ~jnp.any((prediction >= 0) & ~space)  # "missing or empty answer"
+    bad = malformed | ~answered | empty
+    grounded = (jnp.any(task.answer_objects >= 0)
+                & jnp.all(state.objects_seen | (task.answer_objects < 0)))
+    reward = act3d_reward(verdict, exact, bad, state.num_interactions, grounded,
+                          self.reward_config)
+    return reward, {"judge": verdict.astype(jnp.float32), "exact_match": exact.astype(jnp.float32),
+                    "malformed": bad.astype(jnp.float32), "grounded": grounded.astype(jnp.float32),
+                    "interactions": state.num_interactions.astype(jnp.float32)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Think3DAgent:
+  """Think3D: views of the reconstruction (anchor camera, azimuth, elevation, ego or global),
+  then a multiple-choice answer."""
+  params: think3d.Think3DParams = think3d.Think3DParams()
+  reward_config: Think3DRewardConfig = Think3DRewardConfig()
+  max_cameras: int = 8
+
+  @functools.cached_property
+  def grammar(self) -> Grammar:
+    return grammars.think3d(self.max_cameras)
+
+  @property
+  def image_size(self) -> tuple[int, int]:
+    return self.params.height, self.params.width
+
+  @property
+  def observation(self) -> str:
+    return TOOL_RESPONSE.format(body="View of camera {} at azimuth {}, elevation {}.")
+
+  def _numbers(self, obs):
+    action = obs.action
+    return jnp.stack([action.camera_index.astype(jnp.float32) + 1, action.azimuth_deg,
+                      action.elevation_deg])
+
+  def reset(self, key, task):
+    obs, state = think3d.reset(key, task, self.params)
+    return obs.image, self._numbers(obs), state
+
+  def step(self, key, state, parsed, answered):
+    camera, _ = parsed.field(self.grammar, "camera")
+    azimuth, _ = parsed.field(self.grammar, "azimuth")
+    elevation, _ = parsed.field(self.grammar, "elevation")
+    ego, _ = parsed.field(self.grammar, "camera_view")  # option 1 is "true"
+    action = think3d.Think3DAction.create(
+        jnp.where(answered, think3d.STOP, think3d.VIEW), camera.astype(jnp.int32) - 1, azimuth,
+        elevation, jnp.where(ego > 0, think3d.EGO, think3d.GLOBAL))
+    obs, state, _, _, info = think3d.step(key, state, action, self.params)
+    return obs.image, self._numbers(obs), state, info["invalid"]
+
+  def reward(self, state, task, answer_bytes, answered, malformed, judge=None):
+    del state, judge
+    letter = device_text.option_letter(answer_bytes, 0, answer_bytes.shape[-1])
+    correct = answered & (letter >= 0) & (letter == task.answer_choice)
+    config = self.reward_config
+    reward = config.accuracy_weight * correct + config.format_weight * answered
+    return reward, {"correct": correct.astype(jnp.float32),
+                    "malformed": (malformed | ~answered).astype(jnp.float32)}

@@ -1,0 +1,382 @@
+"""The compiled episode loop: prompt to reward as one XLA program for a batch of episodes.
+
+  prefill(prompt with the first view)
+  repeat up to max_turns (lax.while_loop):
+    decode every running episode until its turn closes (first closing tag, an EOS token,
+      or max_turn_tokens), tracking the grammar automaton per token; in constrained mode
+      the automaton masks the logits so every turn closes as a valid call or answer
+    parse the turn's action from the automaton (on device)
+    step the environments (vmap); an answer ends the episode, a malformed turn ends it
+      with the format flag, a tool call in the last turn ends it as malformed
+    preprocess the new views, run the vision encoder, append each running episode's
+      observation message to the KV cache (loss mask 0)
+  score the answers (on device; an optional host judge through io_callback)
+
+Turns are synchronous: all episodes decode in the same cache slots, an episode that has
+closed its turn writes masked padding. Randomness: the token at step k of turn t is
+sampled with fold_in(fold_in(key, t), k), so a host loop can reproduce the episode.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxspatial.models.qwen2_5_vl.preprocess import preprocess_image
+from jaxspatial.models.qwen2_5_vl.sampler import DecodeState, append, filter_logits, prefill
+from jaxspatial.rl.advantages import image_hash
+from jaxspatial.rl.rewards import device_text
+from jaxspatial.rollout.automaton import START, TokenAutomaton, allowed_tokens
+from jaxspatial.rollout.observation import ObservationTemplate, observation_tokens
+from jaxspatial.rollout.parse import ParsedTurn, parse_turn
+from jaxspatial.rollout.trajectory import Trajectory
+
+Array = jax.Array
+ANSWER_BYTES = 128
+
+
+@dataclasses.dataclass(frozen=True)
+class RolloutConfig:
+  max_turns: int = 4
+  max_turn_tokens: int = 64
+  constrained: bool = False    # mask logits to the grammar (else parse only)
+  temperature: float = 1.0     # 0: greedy
+  top_k: int = 0
+  top_p: float = 1.0
+  eos_tokens: tuple[int, ...] = ()
+  pad_token: int = 0
+  cache_dtype: str = "float32"
+
+
+def capacity(prompt_length: int, template: ObservationTemplate, config: RolloutConfig) -> int:
+  return (prompt_length + config.max_turns * config.max_turn_tokens
+          + (config.max_turns - 1) * template.length)
+
+
+def sample_token(logits_BxV: Array, key: Array, config: RolloutConfig):
+  """(token, log-probability under the distribution sampled from)."""
+  if config.temperature <= 0:
+    token = jnp.argmax(logits_BxV, axis=-1)
+    logp = jax.nn.log_softmax(logits_BxV, axis=-1)
+  else:
+    scaled = filter_logits(logits_BxV / config.temperature, config.top_k, config.top_p)
+    token = jax.random.categorical(key, scaled, axis=-1)
+    logp = jax.nn.log_softmax(scaled, axis=-1)
+  return token.astype(jnp.int32), jnp.take_along_axis(logp, token[:, None], -1)[:, 0]
+
+
+def force(logits_BxV: Array, token: Array, logp: Array, forced_B: Array, config: RolloutConfig):
+  """Where `forced` >= 0 its token replaces the sample; the log-probability is the policy's
+  (under the distribution it would have sampled from)."""
+  scaled = logits_BxV if config.temperature <= 0 else filter_logits(
+      logits_BxV / config.temperature, config.top_k, config.top_p)
+  forced_logp = jnp.take_along_axis(jax.nn.log_softmax(scaled, -1),
+                                    jnp.maximum(forced_B, 0)[:, None], -1)[:, 0]
+  use = forced_B >= 0
+  return jnp.where(use, forced_B, token), jnp.where(use, forced_logp, logp)
+
+
+def turn_logits(automaton: TokenAutomaton, logits_BxV: Array, grammar_state: Array,
+                remaining: Array, config: RolloutConfig) -> Array:
+  """The logits a token is sampled from: masked to the grammar when constrained."""
+  if not config.constrained:
+    return logits_BxV
+  ok = allowed_tokens(automaton, grammar_state, remaining)
+  return jnp.where(ok, logits_BxV, -jnp.inf)
+
+
+def advance(automaton: TokenAutomaton, grammar_state, stop_state, token, config: RolloutConfig):
+  """Automaton states after `token`, and whether the turn closed with it."""
+  grammar_next = jnp.where(automaton.accepting[grammar_state], grammar_state,
+                           automaton.token_next[grammar_state, token].astype(jnp.int32))
+  stop_next = jnp.where(automaton.stop_accepting[stop_state], stop_state,
+                        automaton.stop_next[stop_state, token].astype(jnp.int32))
+  eos = jnp.asarray(config.eos_tokens or (-1,), jnp.int32)
+  closed = automaton.stop_accepting[stop_next] | jnp.any(token[:, None] == eos[None], -1)
+  if config.constrained:
+    closed |= automaton.accepting[grammar_next]
+  return grammar_next, stop_next, closed
+
+
+def _write(buffer, slot, column):
+  return jax.lax.dynamic_update_slice(buffer, column[:, None].astype(buffer.dtype), (0, slot))
+
+
+def _decode_turn(model, automaton, config, turn, key, dstate, logits, running, buffers,
+                 forced_BxN):
+  """Decodes one turn for the running episodes. Returns the cache, the last logits, the
+  turn's tokens, grammar states and counts, and the updated trajectory buffers."""
+  text = model.language_model
+  batch = running.shape[0]
+  limit = config.max_turn_tokens
+  turn_key = jax.random.fold_in(key, turn)
+
+  def cond(carry):
+    k, _, _, _, _, ended, *_ = carry
+    return (k < limit) & ~jnp.all(ended)
+
+  def body(carry):
+    k, dstate, logits, grammar_state, stop_state, ended, count, tokens_T, states_T, buffers = carry
+    writing = ~ended
+    step_logits = turn_logits(automaton, logits, grammar_state, jnp.full(batch, limit - k),
+                              config)
+    token, logp = sample_token(step_logits, jax.random.fold_in(turn_key, k), config)
+    if forced_BxN is not None:
+      token, logp = force(step_logits, token, logp, forced_BxN[:, k], config)
+    token = jnp.where(writing, token, config.pad_token)
+    grammar_next, stop_next, closed = advance(automaton, grammar_state, stop_state, token, config)
+    tokens_T = tokens_T.at[:, k].set(token)
+    states_T = states_T.at[:, k].set(grammar_state)
+    slot = dstate.next_slot
+    ids, attention, loss, logprobs = buffers
+    buffers = (_write(ids, slot, token), _write(attention, slot, writing),
+               _write(loss, slot, writing), _write(logprobs, slot, jnp.where(writing, logp, 0.0)))
+    valid = _write(dstate.valid, slot, writing)
+    position = jnp.broadcast_to(dstate.next_position[None, :, None], (3, batch, 1))
+    embeds = text.embed_tokens(token[:, None])
+    hidden, cache = text.extend(embeds, position, valid, dstate.cache, slot)
+    dstate = DecodeState(cache=cache, valid=valid, next_slot=slot + 1,
+                         next_position=dstate.next_position + writing.astype(jnp.int32),
+                         last_hidden=hidden[:, -1].astype(jnp.float32), last_token=token)
+    logits = text.logits(hidden[:, -1]).astype(jnp.float32)
+    grammar_state = jnp.where(writing, grammar_next, grammar_state)
+    stop_state = jnp.where(writing, stop_next, stop_state)
+    ended = ended | (writing & (closed | (k + 1 >= limit)))
+    return (k + 1, dstate, logits, grammar_state, stop_state, ended,
+            count + writing.astype(jnp.int32), tokens_T, states_T, buffers)
+
+  start = jnp.full(batch, START, jnp.int32)
+  carry = (jnp.asarray(0), dstate, logits, start, start, ~running, jnp.zeros(batch, jnp.int32),
+           jnp.full((batch, limit), config.pad_token, jnp.int32),
+           jnp.full((batch, limit), START, jnp.int32), buffers)
+  _, dstate, logits, grammar_state, _, _, count, tokens_T, states_T, buffers = (
+      jax.lax.while_loop(cond, body, carry))
+  return dstate, logits, tokens_T, states_T, count, grammar_state, buffers
+
+
+def _vision_inputs(model, images_BxHxWx3):
+  """(pixel values of the batch's views in order, grids, per-sequence grids [B, 1, 3])."""
+  vision = model.config.vision
+  pixels, grid = jax.vmap(lambda im: preprocess_image(
+      im, vision.patch_size, vision.spatial_merge_size, vision.temporal_patch_size))(
+          images_BxHxWx3)
+  del grid
+  batch = images_BxHxWx3.shape[0]
+  _, gh_gw, _ = pixels.shape
+  grid = image_grid(model, images_BxHxWx3.shape[1:3])
+  grids = (grid,) * batch
+  sequence_grids = jnp.broadcast_to(jnp.asarray(grid, jnp.int32), (batch, 1, 3))
+  assert gh_gw == grid[1] * grid[2]
+  return pixels.reshape(batch * gh_gw, -1), grids, sequence_grids
+
+
+def image_grid(model, image_size) -> tuple[int, int, int]:
+  """The (t, h, w) patch grid of a rendered view (static)."""
+  from jaxspatial.models.qwen2_5_vl.preprocess import smart_resize
+  vision = model.config.vision
+  height, width = smart_resize(*image_size, vision.patch_size * vision.spatial_merge_size)
+  return (1, height // vision.patch_size, width // vision.patch_size)
+
+
+def image_tokens(model, image_size) -> int:
+  t, h, w = image_grid(model, image_size)
+  return t * h * w // model.config.vision.spatial_merge_size ** 2
+
+
+def _answer_bytes(automaton: TokenAutomaton, tokens_T: Array, count: Array) -> Array:
+  """The content of the turn's first <answer>...</answer> (ANSWER_BYTES, -1 padded)."""
+  used = jnp.arange(tokens_T.shape[0]) < count
+  data = jnp.where(used[:, None], automaton.token_bytes[tokens_T], -1).reshape(-1)
+  data = device_text.span(data, 0, data.shape[0])  # compact
+  found, start, end = device_text.answer_span(data)
+  window = jax.lax.dynamic_slice(jnp.concatenate([data, jnp.full(ANSWER_BYTES, -1, data.dtype)]),
+                                 (jnp.maximum(start, 0),), (ANSWER_BYTES,))
+  inside = jnp.arange(ANSWER_BYTES) < end - start
+  return jnp.where(found & inside, window, -1)
+
+
+def rollout(model, agent, automaton: TokenAutomaton, template: ObservationTemplate, tasks,
+            prompt_ids_BxL: Array, prompt_mask_BxL: Array, key: Array, config: RolloutConfig,
+            judge: Callable | None = None, forced_BxTxN: Array | None = None) -> Trajectory:
+  """Runs B episodes. `tasks` is a batch of `Task`s; the prompt holds the first view's
+  image tokens (`image_tokens(model, agent.image_size)` of them). Jit it with `nnx.jit`
+  and `agent`, `template`, `config`, `judge` static (see `compile_rollout`).
+
+  `forced_BxTxN` (optional, [B, max_turns, max_turn_tokens]): token ids that replace the
+  samples where >= 0 (scripted policies, replaying a trajectory, teacher forcing); their
+  log-probabilities are still the policy's. `judge(answer [B, A], reference [B, La]) ->
+  bool [B]` runs on the host at the end (an LLM judge) and replaces the rule judge."""
+  batch, prompt_length = prompt_ids_BxL.shape
+  turns = config.max_turns
+  reset_keys = jax.random.split(jax.random.fold_in(key, 2 ** 20), batch)
+  image, numbers, env_state = jax.vmap(agent.reset)(reset_keys, tasks)
+  pixels, grids, sequence_grids = _vision_inputs(model, image)
+  size = capacity(prompt_length, template, config)
+  dstate, logits = prefill(model, prompt_ids_BxL, prompt_mask_BxL, size,
+                           jnp.dtype(config.cache_dtype), pixels, grids, sequence_grids)
+  pad = jnp.full((batch, size - prompt_length), config.pad_token, jnp.int32)
+  buffers = (jnp.concatenate([prompt_ids_BxL.astype(jnp.int32), pad], 1),
+             dstate.valid, jnp.zeros((batch, size), bool), jnp.zeros((batch, size), jnp.float32))
+  num_fields = len(automaton.grammar.fields)
+  answer_option = automaton.grammar.option("kind", b"<answer>")
+  height, width = agent.image_size
+  record = dict(
+      images=jnp.zeros((batch, turns + 1, height, width, 3), jnp.uint8).at[:, 0].set(image),
+      image_given=jnp.zeros((batch, turns + 1), bool).at[:, 0].set(True),
+      turn_start=jnp.zeros(turns, jnp.int32),
+      turn_length=jnp.zeros((batch, turns), jnp.int32),
+      turn_active=jnp.zeros((batch, turns), bool),
+      turn_valid=jnp.zeros((batch, turns), bool),
+      turn_answer=jnp.zeros((batch, turns), bool),
+      env_invalid=jnp.zeros((batch, turns), bool),
+      action_values=jnp.zeros((batch, turns, num_fields), jnp.float32),
+      action_present=jnp.zeros((batch, turns, num_fields), bool),
+      observation_numbers=jnp.zeros((batch, turns + 1, template.num_numbers),
+                                    jnp.float32).at[:, 0].set(numbers),
+      observation_hashes=jnp.zeros((batch, turns + 1), jnp.uint32).at[:, 0].set(
+          jax.vmap(image_hash)(image)),
+      answer=jnp.full((batch, ANSWER_BYTES), -1, jnp.int32),
+      malformed=jnp.zeros(batch, bool))
+
+  def cond(carry):
+    turn, running = carry[0], carry[1]
+    return (turn < turns) & jnp.any(running)
+
+  def body(carry):
+    turn, running, dstate, logits, env_state, buffers, record = carry
+    turn_slot = dstate.next_slot
+    forced = None if forced_BxTxN is None else jax.lax.dynamic_index_in_dim(
+        forced_BxTxN, turn, axis=1, keepdims=False)
+    dstate, logits, tokens_T, states_T, count, final_state, buffers = _decode_turn(
+        model, automaton, config, turn, key, dstate, logits, running, buffers, forced)
+    parsed = jax.vmap(lambda t, s, n, f: parse_turn(automaton, t, s, n, f))(
+        tokens_T, states_T, count, final_state)
+    kind = parsed.values[:, automaton.grammar.field_id("kind") - 1]
+    answered = running & parsed.valid & (kind == answer_option)
+    call = running & parsed.valid & (kind != answer_option)
+    last_turn = turn == turns - 1
+    ended_badly = running & (~parsed.valid | (call & last_turn))
+    step_keys = jax.random.split(jax.random.fold_in(jax.random.fold_in(key, 2 ** 21), turn), batch)
+    image, numbers, new_env, env_invalid = jax.vmap(
+        lambda k, s, p, a: agent.step(k, s, p, a))(step_keys, env_state, parsed,
+                                                              answered)
+    acted = call | answered
+    env_state = jax.tree.map(
+        lambda new, old: jnp.where(acted.reshape((-1,) + (1,) * (new.ndim - 1)), new, old),
+        new_env, env_state)
+    continuing = call & ~last_turn
+    answer_now = jax.vmap(lambda t, n: _answer_bytes(automaton, t, n))(tokens_T, count)
+    finishing = answered | ended_badly
+
+    at = lambda array, value: array.at[:, turn].set(value)
+    record = dict(
+        record,
+        images=record["images"].at[:, turn + 1].set(image),
+        image_given=record["image_given"].at[:, turn + 1].set(continuing),
+        turn_start=record["turn_start"].at[turn].set(turn_slot),
+        turn_length=at(record["turn_length"], jnp.where(running, count, 0)),
+        turn_active=at(record["turn_active"], running),
+        turn_valid=at(record["turn_valid"], running & parsed.valid),
+        turn_answer=at(record["turn_answer"], answered),
+        env_invalid=at(record["env_invalid"], call & env_invalid),
+        action_values=at(record["action_values"], parsed.values),
+        action_present=at(record["action_present"], parsed.present),
+        observation_numbers=record["observation_numbers"].at[:, turn + 1].set(numbers),
+        observation_hashes=record["observation_hashes"].at[:, turn + 1].set(
+            jax.vmap(image_hash)(image)),
+        answer=jnp.where(finishing[:, None], answer_now, record["answer"]),
+        malformed=record["malformed"] | ended_badly)
+
+    def observe(args):
+      dstate, logits, buffers = args
+      ids, mask = jax.vmap(lambda n: observation_tokens(template, n))(numbers)
+      mask = mask & continuing[:, None]
+      pixels, grids, sequence_grids = _vision_inputs(model, image)
+      slot = dstate.next_slot
+      dstate, segment_logits = append(model, dstate, ids, mask, pixels, grids, sequence_grids)
+      tokens, attention, loss, logprobs = buffers
+      buffers = (jax.lax.dynamic_update_slice(tokens, ids, (0, slot)),
+                 jax.lax.dynamic_update_slice(attention, mask, (0, slot)), loss, logprobs)
+      return dstate, segment_logits[:, -1], buffers
+
+    def skip(args):
+      dstate, logits, buffers = args
+      empty = DecodeState(cache=dstate.cache, valid=dstate.valid,
+                          next_slot=dstate.next_slot + template.length,
+                          next_position=dstate.next_position, last_hidden=dstate.last_hidden,
+                          last_token=dstate.last_token)
+      return empty, logits, buffers
+
+    dstate, logits, buffers = jax.lax.cond(jnp.any(continuing), observe, skip,
+                                           (dstate, logits, buffers))
+    return turn + 1, continuing, dstate, logits, env_state, buffers, record
+
+  carry = (jnp.asarray(0, jnp.int32), jnp.ones(batch, bool), dstate, logits, env_state, buffers,
+           record)
+  _, _, dstate, _, env_state, buffers, record = jax.lax.while_loop(cond, body, carry)
+  tokens, attention, loss, logprobs = buffers
+
+  answered = jnp.any(record["turn_answer"], -1)
+  verdict = None
+  if judge is not None:
+    verdict = jax.experimental.io_callback(
+        judge, jax.ShapeDtypeStruct((batch,), jnp.bool_), record["answer"], tasks.answer_ids,
+        ordered=False)
+  reward, components = jax.vmap(
+      lambda s, t, a, ok, bad, v: agent.reward(s, t, a, ok, bad, v),
+      in_axes=(0, 0, 0, 0, 0, None if verdict is None else 0))(
+          env_state, tasks, record["answer"], answered, record["malformed"], verdict)
+  return Trajectory(
+      tokens=tokens, attention_mask=attention, loss_mask=loss, logprobs=logprobs,
+      images=record["images"], image_given=record["image_given"],
+      turn_start=record["turn_start"], turn_length=record["turn_length"],
+      turn_active=record["turn_active"], turn_valid=record["turn_valid"],
+      turn_answer=record["turn_answer"], env_invalid=record["env_invalid"],
+      action_values=record["action_values"], action_present=record["action_present"],
+      observation_numbers=record["observation_numbers"],
+      observation_hashes=record["observation_hashes"], answer=record["answer"], reward=reward,
+      reward_components=components)
+
+
+def compile_rollout(agent, template: ObservationTemplate, config: RolloutConfig,
+                    judge: Callable | None = None):
+  """`rollout` under `nnx.jit`: f(model, automaton, tasks, prompt_ids, prompt_mask, key,
+  forced=None)."""
+  from flax import nnx  # pylint: disable=import-outside-toplevel
+
+  @nnx.jit
+  def run(model, automaton, tasks, prompt_ids, prompt_mask, key, forced=None):
+    return rollout(model, agent, automaton, template, tasks, prompt_ids, prompt_mask, key,
+                   config, judge, forced)
+  return run
+
+
+def parsed_turn_numpy(values, present, valid) -> ParsedTurn:
+  """A ParsedTurn from host arrays (for host loops that feed agents their parse)."""
+  return ParsedTurn(valid=jnp.asarray(valid), values=jnp.asarray(values, jnp.float32),
+                    present=jnp.asarray(present))
+
+
+
+
+def forced_tokens(tokenizer, scripts, config: RolloutConfig) -> np.ndarray:
+  """[B, max_turns, max_turn_tokens] int32 for `rollout(forced=...)` from per-episode lists of
+  turn strings (None: that turn is sampled); -1 where the policy samples."""
+  out = np.full((len(scripts), config.max_turns, config.max_turn_tokens), -1, np.int32)
+  for b, turns in enumerate(scripts):
+    if len(turns) > config.max_turns:
+      raise ValueError(f"forced_tokens: episode {b} has {len(turns)} turns, more than "
+                       f"max_turns {config.max_turns}")
+    for t, turn in enumerate(turns):
+      if turn is None:
+        continue
+      ids = tokenizer.encode(turn, add_special_tokens=False)
+      if len(ids) > config.max_turn_tokens:
+        raise ValueError(f"forced_tokens: episode {b} turn {t} is {len(ids)} tokens, more than "
+                         f"max_turn_tokens {config.max_turn_tokens}")
+      out[b, t, :len(ids)] = ids
+  return out

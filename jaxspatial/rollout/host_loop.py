@@ -1,0 +1,222 @@
+"""A host-driven rollout in the style of agent frameworks: a jitted decode step per token,
+stop strings and regex parsing on the host, environments stepped from Python one episode
+at a time, rewards from string rules.
+
+It is the slow reference the compiled rollout is tested against (same cache layout, same
+keys, so the same episodes) and the baseline of `benchmarks/rollout_bench.py`. Parse-only
+decoding (the model is free; malformed turns end the episode).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from jaxspatial.models.qwen2_5_vl.sampler import DecodeState, append, prefill
+from jaxspatial.rl.rewards.papers import act3d_reward_text, think3d_reward_text
+from jaxspatial.rollout import agents as agent_lib
+from jaxspatial.rollout import host_parse
+from jaxspatial.rollout.automaton import token_bytes
+from jaxspatial.rollout.episode import (RolloutConfig, _vision_inputs, capacity, force,
+                                        sample_token)
+from jaxspatial.rollout.observation import ObservationTemplate, observation_tokens_host
+from jaxspatial.rollout.parse import ParsedTurn
+
+
+@nnx.jit(static_argnames=("size", "dtype"))
+def _prefill(model, ids, mask, images, size, dtype):
+  pixels, grids, sequence_grids = _vision_inputs(model, images)
+  return prefill(model, ids, mask, size, jnp.dtype(dtype), pixels, grids, sequence_grids)
+
+
+@nnx.jit(static_argnames=("config",))
+def _decode_step(model, dstate, logits, key, turn, k, writing, forced, config):
+  text = model.language_model
+  token, logp = sample_token(logits, jax.random.fold_in(jax.random.fold_in(key, turn), k), config)
+  token, logp = force(logits, token, logp, forced, config)
+  token = jnp.where(writing, token, config.pad_token)
+  slot = dstate.next_slot
+  valid = jax.lax.dynamic_update_slice(dstate.valid, writing[:, None], (0, slot))
+  batch = token.shape[0]
+  position = jnp.broadcast_to(dstate.next_position[None, :, None], (3, batch, 1))
+  hidden, cache = text.extend(text.embed_tokens(token[:, None]), position, valid, dstate.cache,
+                              slot)
+  dstate = DecodeState(cache=cache, valid=valid, next_slot=slot + 1,
+                       next_position=dstate.next_position + writing.astype(jnp.int32),
+                       last_hidden=hidden[:, -1].astype(jnp.float32), last_token=token)
+  return token, jnp.where(writing, logp, 0.0), dstate, text.logits(hidden[:, -1]).astype(
+      jnp.float32)
+
+
+@nnx.jit
+def _append(model, dstate, ids, mask, images):
+  pixels, grids, sequence_grids = _vision_inputs(model, images)
+  dstate, logits = append(model, dstate, ids, mask, pixels, grids, sequence_grids)
+  return dstate, logits[:, -1]
+
+
+def _host_fields(agent, grammar, parsed: dict | None) -> tuple[np.ndarray, np.ndarray, bool]:
+  """The host parse as the grammar's (values, present), and whether it answered."""
+  names = [f.name for f in grammar.fields]
+  values, present = np.zeros(len(names), np.float32), np.zeros(len(names), bool)
+  if parsed is None:
+    return values, present, False
+
+  def put(name, value):
+    values[names.index(name)] = value
+    present[names.index(name)] = True
+
+  answer_option = grammar.option("kind", b"<answer>")
+  if "answer" in parsed:
+    put("kind", answer_option)
+    return values, present, True
+  put("kind", 1 - answer_option)
+  if isinstance(agent, agent_lib.Act3DAgent):
+    put("action", parsed["action"])
+    if parsed["distance"] is not None:
+      put("distance", parsed["distance"])
+  elif isinstance(agent, agent_lib.Think3DAgent):
+    put("camera", parsed["camera"])
+    put("azimuth", parsed["azimuth"])
+    put("elevation", parsed["elevation"])
+    put("camera_view", grammar.option("camera_view", b"true" if parsed["ego"] else b"false"))
+  else:
+    raise TypeError(f"host_rollout: no host parse mapping for {type(agent).__name__}")
+  return values, present, False
+
+
+def _parser(agent):
+  if isinstance(agent, agent_lib.Act3DAgent):
+    return lambda turn: host_parse.parse_act3d(turn, agent.max_distance)
+  if isinstance(agent, agent_lib.Think3DAgent):
+    return lambda turn: host_parse.parse_think3d(turn, agent.max_cameras)
+  raise TypeError(f"host_rollout: no host parser for {type(agent).__name__}")
+
+
+def host_rollout(model, agent, tokenizer, template: ObservationTemplate, tasks, prompt_ids,
+                 prompt_mask, key, config: RolloutConfig, forced=None) -> dict:
+  """Runs the episodes from Python. Returns numpy arrays named as `Trajectory`'s fields
+  (tokens, attention_mask, loss_mask, logprobs, turn_length, turn_answer, action_values,
+  action_present, reward, ...) and `turn_text` (each episode's turns as bytes)."""
+  if config.constrained:
+    raise ValueError("host_rollout: the host loop decodes parse-only (constrained=False)")
+  pieces, _ = token_bytes(tokenizer)
+  grammar = agent.grammar
+  parse = _parser(agent)
+  stops = tuple(grammar.stops)
+  eos = set(config.eos_tokens)
+  batch, prompt_length = prompt_ids.shape
+  size = capacity(prompt_length, template, config)
+  step_env = jax.jit(agent.step)
+  reset_keys = jax.random.split(jax.random.fold_in(key, 2 ** 20), batch)
+  images, numbers, env_state = jax.jit(jax.vmap(agent.reset))(reset_keys, tasks)
+  dstate, logits = _prefill(model, jnp.asarray(prompt_ids), jnp.asarray(prompt_mask),
+                            images, size, config.cache_dtype)
+  tokens = np.full((batch, size), config.pad_token, np.int32)
+  tokens[:, :prompt_length] = prompt_ids
+  attention = np.zeros((batch, size), bool)
+  attention[:, :prompt_length] = prompt_mask
+  loss = np.zeros((batch, size), bool)
+  logprobs = np.zeros((batch, size), np.float32)
+  turns = config.max_turns
+  fields = len(grammar.fields)
+  out = dict(turn_length=np.zeros((batch, turns), np.int32),
+             turn_active=np.zeros((batch, turns), bool),
+             turn_valid=np.zeros((batch, turns), bool), turn_answer=np.zeros((batch, turns), bool),
+             action_values=np.zeros((batch, turns, fields), np.float32),
+             action_present=np.zeros((batch, turns, fields), bool))
+  states = [jax.tree.map(lambda x, i=i: x[i], env_state) for i in range(batch)]
+  running = np.ones(batch, bool)
+  malformed = np.zeros(batch, bool)
+  final_turn = [b""] * batch
+  turn_text = [[] for _ in range(batch)]
+  for turn in range(turns):
+    if not running.any():
+      break
+    ended = ~running
+    text = [b""] * batch
+    count = np.zeros(batch, np.int32)
+    for k in range(config.max_turn_tokens):
+      if ended.all():
+        break
+      writing = ~ended
+      slot = int(dstate.next_slot)
+      forced_k = (np.full(batch, -1, np.int32) if forced is None
+                  else np.asarray(forced)[:, turn, k].astype(np.int32))
+      token, logp, dstate, logits = _decode_step(model, dstate, logits, key, turn, k,
+                                                 jnp.asarray(writing), jnp.asarray(forced_k),
+                                                 config)
+      token, logp = np.asarray(token), np.asarray(logp)
+      tokens[:, slot] = token
+      attention[:, slot] = writing
+      loss[:, slot] = writing
+      logprobs[:, slot] = logp
+      for b in np.nonzero(writing)[0]:
+        text[b] += pieces[token[b]]
+        count[b] += 1
+        closed = token[b] in eos or any(s in text[b] for s in stops)
+        if closed or k + 1 == config.max_turn_tokens:
+          ended[b] = True
+    next_numbers, next_images = [], []
+    continuing = np.zeros(batch, bool)
+    for b in range(batch):
+      if not running[b]:
+        next_numbers.append(np.zeros(template.num_numbers, np.float32))
+        next_images.append(np.asarray(images[b]))
+        continue
+      turn_text[b].append(text[b])
+      parsed = parse(text[b])
+      values, present, answered = _host_fields(agent, grammar, parsed)
+      out["turn_length"][b, turn] = count[b]
+      out["turn_active"][b, turn] = True
+      out["turn_valid"][b, turn] = parsed is not None
+      out["turn_answer"][b, turn] = answered
+      out["action_values"][b, turn] = values
+      out["action_present"][b, turn] = present
+      call = parsed is not None and not answered
+      if parsed is None or (call and turn == turns - 1):
+        malformed[b] = True
+      if parsed is None or answered or turn == turns - 1:
+        final_turn[b] = text[b]
+      if parsed is not None:
+        step = ParsedTurn(valid=jnp.asarray(True), values=jnp.asarray(values),
+                          present=jnp.asarray(present))
+        step_key = jax.random.split(jax.random.fold_in(jax.random.fold_in(key, 2 ** 21), turn),
+                                    batch)[b]
+        image, nums, states[b], _ = step_env(step_key, states[b], step, jnp.asarray(answered))
+        next_images.append(np.asarray(image))
+        next_numbers.append(np.asarray(nums))
+      else:
+        next_images.append(np.asarray(images[b]))
+        next_numbers.append(np.zeros(template.num_numbers, np.float32))
+      continuing[b] = call and turn < turns - 1
+    images = jnp.asarray(np.stack(next_images))
+    if continuing.any():
+      ids, mask = zip(*(observation_tokens_host(template, n) for n in next_numbers))
+      ids, mask = np.stack(ids), np.stack(mask) & continuing[:, None]
+      slot = int(dstate.next_slot)
+      dstate, logits = _append(model, dstate, jnp.asarray(ids), jnp.asarray(mask), images)
+      tokens[:, slot:slot + template.length] = ids
+      attention[:, slot:slot + template.length] = mask
+    running = continuing
+  rewards = np.zeros(batch, np.float32)
+  for b in range(batch):
+    task = jax.tree.map(lambda x, b=b: np.asarray(x[b]), tasks)
+    answered = bool(out["turn_answer"][b].any())
+    if isinstance(agent, agent_lib.Act3DAgent):
+      reference = bytes(task.answer_ids[task.answer_ids >= 0].astype(np.uint8)).decode()
+      state = states[b]
+      grounded = bool(np.any(task.answer_objects >= 0) and np.all(
+          np.asarray(state.objects_seen) | (task.answer_objects < 0)))
+      turn_string = final_turn[b].decode("utf-8", "replace") if answered else ""
+      rewards[b] = act3d_reward_text(turn_string, [reference], int(state.num_interactions),
+                                     grounded, agent.reward_config)
+    else:
+      turn_string = final_turn[b].decode("utf-8", "replace") if answered else ""
+      letter = "ABCDE"[task.answer_choice] if task.answer_choice >= 0 else "?"
+      rewards[b] = think3d_reward_text(turn_string, letter, agent.reward_config)
+  out.update(tokens=tokens, attention_mask=attention, loss_mask=loss, logprobs=logprobs,
+             reward=rewards, malformed=malformed, turn_text=turn_text)
+  return out

@@ -1,0 +1,53 @@
+"""A tiny random policy and its tokenizer, for tests, benchmarks and CPU demos.
+
+No weights or vocabularies can be downloaded here, so the tokenizer is a byte-level BPE
+trained on the agents' prompts and example turns, with Qwen2.5-VL's special tokens; the
+model is `Qwen25VLConfig.tiny` with its special ids set to the tokenizer's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+from jaxspatial.envs.act3d import PRIMITIVES
+from jaxspatial.rollout import prompts
+
+LATENT_TOKENS = ("<|latent_start|>", "<|latent_pad|>", "<|latent_end|>")
+
+
+def example_turns(count: int = 400, seed: int = 0) -> list[str]:
+  """Well-formed Act3D and Think3D turns and answers (tokenizer training text)."""
+  rng = random.Random(seed)
+  words = ("the chair is left of the table", "move closer", "I see a sofa", "look around")
+  out = []
+  for _ in range(count):
+    think = f"<think>{rng.choice(words)}</think>"
+    out.append(think + '<tool_call>{"name": "render_view_tool", "arguments": {"action": "'
+               f'{rng.choice(PRIMITIVES)}", "distance": {rng.uniform(0, 9):.1f}}}}}</tool_call>')
+    out.append(think + '<tool_call>{"name": "pi3_tool", "arguments": '
+               f'{{"rotation_reference_camera": {rng.randint(1, 4)}, "azimuth_angle": '
+               f'{rng.randint(-180, 180)}, "elevation_angle": {rng.randint(-90, 90)}, '
+               f'"camera_view": {rng.choice(("true", "false"))}}}}}</tool_call>')
+    out.append(think + f"<answer>{rng.choice(('A', 'red chair', 'two', 'left'))}</answer>")
+  return out
+
+
+def tokenizer(vocab_size: int = 700):
+  from jaxspatial.models.qwen2_5_vl.tokenizer import train_tokenizer  # pylint: disable=import-outside-toplevel
+  corpus = example_turns() + [prompts.ACT3D_SYSTEM, prompts.THINK3D_SYSTEM] * 20
+  return train_tokenizer(corpus, vocab_size=vocab_size, extra_special_tokens=LATENT_TOKENS)
+
+
+def model_config(tok, base=None):
+  """`Qwen25VLConfig.tiny` (or `base`) with the tokenizer's vocabulary size (rounded up to
+  a multiple of 64) and special token ids."""
+  from jaxspatial.models.qwen2_5_vl.config import Qwen25VLConfig  # pylint: disable=import-outside-toplevel
+  vocab = (len(tok) + 63) // 64 * 64
+  config = base or Qwen25VLConfig.tiny(vocab)
+  text = dataclasses.replace(config.text, vocab_size=vocab)
+  ids = tok.convert_tokens_to_ids
+  return dataclasses.replace(config, text=text, image_token_id=ids("<|image_pad|>"),
+                             video_token_id=ids("<|video_pad|>"),
+                             vision_start_token_id=ids("<|vision_start|>"),
+                             vision_end_token_id=ids("<|vision_end|>"))

@@ -1,0 +1,154 @@
+"""The compiled episode loop against a host-driven reference and against stepping the
+environment by hand."""
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from data_pipelines.synthetic import episodes
+from jaxspatial.envs import act3d
+from jaxspatial.models.qwen2_5_vl.model import Qwen25VL
+from jaxspatial.rollout import agents, automaton as am, episode, host_loop, observation, tiny
+
+BATCH = 4
+AGENT = agents.Act3DAgent(act3d.Act3DParams(width=56, height=56, grounding_min_pixels=5,
+                                            max_interactions=3))
+
+
+@pytest.fixture(scope="module")
+def setup():
+  tok = tiny.tokenizer()
+  model = Qwen25VL(tiny.model_config(tok), rngs=nnx.Rngs(0))
+  automaton = am.compile_token_automaton(AGENT.grammar, tok, model.config.text.vocab_size)
+  n_image = episode.image_tokens(model, AGENT.image_size)
+  template = observation.compile_template(tok, AGENT.observation, n_image)
+  tasks, questions = episodes.act3d_tasks(BATCH, seed=3)
+  ids, mask = episodes.act3d_prompts(tok, questions, n_image)
+  return dict(tok=tok, model=model, automaton=automaton, template=template, tasks=tasks,
+              ids=ids, mask=mask)
+
+
+def _config(tok, **kw):
+  base = dict(max_turns=3, max_turn_tokens=40, eos_tokens=(tok.convert_tokens_to_ids("<|im_end|>"),),
+              pad_token=tok.pad_token_id)
+  base.update(kw)
+  return episode.RolloutConfig(**base)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_compiled_rollout_equals_the_host_reference(setup, temperature):
+  s = setup
+  config = _config(s["tok"], temperature=temperature)
+  key = jax.random.PRNGKey(7)
+  run = episode.compile_rollout(AGENT, s["template"], config)
+  traj = jax.device_get(run(s["model"], s["automaton"], s["tasks"], jnp.asarray(s["ids"]),
+                            jnp.asarray(s["mask"]), key))
+  ref = host_loop.host_rollout(s["model"], AGENT, s["tok"], s["template"], s["tasks"], s["ids"],
+                               s["mask"], key, config)
+  np.testing.assert_array_equal(traj.tokens, ref["tokens"])
+  np.testing.assert_array_equal(traj.attention_mask, ref["attention_mask"])
+  np.testing.assert_array_equal(traj.loss_mask, ref["loss_mask"])
+  np.testing.assert_allclose(traj.logprobs, ref["logprobs"], atol=1e-4)
+  for name in ("turn_length", "turn_active", "turn_valid", "turn_answer", "action_values",
+               "action_present"):
+    np.testing.assert_array_equal(getattr(traj, name), ref[name], err_msg=name)
+  np.testing.assert_allclose(traj.reward, ref["reward"], atol=1e-6)
+
+
+def _call(action, distance=None):
+  args = f'"action": "{action}"' + ("" if distance is None else f', "distance": {distance}')
+  return ('<think>move</think><tool_call>{"name": "render_view_tool", "arguments": {' + args
+          + '}}</tool_call>')
+
+
+def _answer_of(tasks, b):
+  ids = np.asarray(tasks.answer_ids[b])
+  return bytes(ids[ids >= 0].astype(np.uint8)).decode()
+
+
+SCRIPTS = [
+    [_call("turn_left", 60), _call("forward", 1.5), "<think>done</think><answer>{answer}</answer>"],
+    [_call("up"), "<think>x</think><answer></answer>"],       # empty answer: malformed
+    ["<think>a</think><tool_call>{\"name\": oops}</tool_call>"],  # malformed call
+    [_call("turn_right", 30), _call("backward", 2), _call("left")],  # a call in the last turn
+]
+
+
+def test_scripted_episode_equals_stepping_the_environment_by_hand(setup):
+  s = setup
+  config = _config(s["tok"], temperature=1.0)
+  scripts = [[t.replace("{answer}", "The " + _answer_of(s["tasks"], 0).upper()) for t in turns]
+             for turns in SCRIPTS]
+  forced = episode.forced_tokens(s["tok"], scripts, config)
+  run = episode.compile_rollout(AGENT, s["template"], config)
+  traj = jax.device_get(run(s["model"], s["automaton"], s["tasks"], jnp.asarray(s["ids"]),
+                            jnp.asarray(s["mask"]), jax.random.PRNGKey(0), jnp.asarray(forced)))
+  actions = {0: [("turn_left", 60.0), ("forward", 1.5)], 1: [("up", None)], 2: [],
+             3: [("turn_right", 30.0), ("backward", 2.0)]}
+  params = AGENT.params
+  for b, moves in actions.items():
+    task = jax.tree.map(lambda x, b=b: jnp.asarray(x[b]), s["tasks"])
+    obs, state = act3d.reset(jax.random.PRNGKey(0), task, params)
+    np.testing.assert_array_equal(traj.images[b, 0], obs.image)
+    for t, (name, distance) in enumerate(moves):
+      obs, state, _, _, info = act3d.step(jax.random.PRNGKey(0), state,
+                                          act3d.Act3DAction.navigate(name, distance), params)
+      assert not info["invalid"]
+      np.testing.assert_array_equal(traj.images[b, t + 1], obs.image)
+      np.testing.assert_allclose(traj.observation_numbers[b, t + 1],
+                                 np.concatenate([obs.position, obs.look_at]))
+      g = AGENT.grammar
+      assert traj.action_values[b, t, g.field_id("action") - 1] == act3d.PRIMITIVES.index(name)
+      assert traj.action_present[b, t, g.field_id("distance") - 1] == (distance is not None)
+      if distance is not None:
+        assert traj.action_values[b, t, g.field_id("distance") - 1] == np.float32(distance)
+    assert traj.image_given[b, 1:len(moves) + 1].all()
+    # Episode 0 answers after its moves: the reward of eqs. 8-9 by hand.
+    if b == 0:
+      grounded = bool(np.all(np.asarray(state.objects_seen) | (np.asarray(task.answer_objects) < 0)))
+      # "The RED CHAIR" normalises to the reference: judge and exact match are 1.
+      expected = 0.3 + 0.2 + 0.05 * (12 if grounded else 2)
+      assert traj.reward[b] == pytest.approx(expected)
+      assert traj.turn_answer[b].tolist() == [False, False, True]
+  # Flags: empty answer and malformed call end badly; a call in the last turn is malformed.
+  assert traj.reward_components["malformed"].tolist() == [0.0, 1.0, 1.0, 1.0]
+  assert traj.reward[1] == pytest.approx(-0.2) and traj.reward[2] == pytest.approx(-0.2)
+  assert traj.turn_active.sum(1).tolist() == [3, 2, 1, 3]
+  assert not traj.turn_valid[2, 0] and traj.turn_valid[3].all()
+  # Observation tokens never carry loss; generated tokens do.
+  given = traj.attention_mask & ~traj.loss_mask
+  prompt_len = s["ids"].shape[1]
+  assert not traj.loss_mask[:, :prompt_len].any()
+  for b in range(BATCH):
+    for t in range(config.max_turns):
+      start, length = traj.turn_start[t], traj.turn_length[b, t]
+      assert traj.loss_mask[b, start:start + length].all()
+      assert not traj.loss_mask[b, start + length:start + config.max_turn_tokens].any()
+  assert given[:, prompt_len:].any()  # observation messages are attended, without loss
+
+
+def test_partly_scripted_rollout_equals_the_host_reference(setup):
+  """Forced first turns take every episode into multi-turn play; later turns are sampled."""
+  s = setup
+  config = _config(s["tok"], temperature=1.0)
+  scripts = [[_call("turn_left", 60), _call("forward")], [_call("up"), None],
+             [_call("turn_right", 30)], [None]]
+  forced = episode.forced_tokens(s["tok"], scripts, config)
+  key = jax.random.PRNGKey(11)
+  run = episode.compile_rollout(AGENT, s["template"], config)
+  traj = jax.device_get(run(s["model"], s["automaton"], s["tasks"], jnp.asarray(s["ids"]),
+                            jnp.asarray(s["mask"]), key, jnp.asarray(forced)))
+  ref = host_loop.host_rollout(s["model"], AGENT, s["tok"], s["template"], s["tasks"], s["ids"],
+                               s["mask"], key, config, forced)
+  assert traj.turn_active.sum() >= 6  # multi-turn play happened
+  np.testing.assert_array_equal(traj.attention_mask, ref["attention_mask"])
+  # Masked slots may hold different filler (messages nobody was shown).
+  np.testing.assert_array_equal(np.where(traj.attention_mask, traj.tokens, -1),
+                                np.where(ref["attention_mask"], ref["tokens"], -1))
+  np.testing.assert_allclose(traj.logprobs, ref["logprobs"], atol=1e-4)
+  for name in ("turn_length", "turn_valid", "turn_answer", "action_values", "action_present"):
+    np.testing.assert_array_equal(getattr(traj, name), ref[name], err_msg=name)
+  np.testing.assert_allclose(traj.reward, ref["reward"], atol=1e-6)
