@@ -20,6 +20,7 @@ sampled with fold_in(fold_in(key, t), k), so a host loop can reproduce the episo
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Callable
 
 import jax
@@ -342,6 +343,7 @@ def rollout(model, agent, automaton: TokenAutomaton, template: ObservationTempla
       reward_components=components)
 
 
+@functools.lru_cache(maxsize=16)
 def compile_rollout(agent, template: ObservationTemplate, config: RolloutConfig,
                     judge: Callable | None = None):
   """`rollout` under `nnx.jit`: f(model, automaton, tasks, prompt_ids, prompt_mask, key,

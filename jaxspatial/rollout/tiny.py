@@ -51,3 +51,22 @@ def model_config(tok, base=None):
                              video_token_id=ids("<|video_pad|>"),
                              vision_start_token_id=ids("<|vision_start|>"),
                              vision_end_token_id=ids("<|vision_end|>"))
+
+
+MOVES = (("turn_left", 60), ("forward", 1.5), ("turn_right", 30), ("up", None), ("left", 1.2),
+         ("turn_down", 30), ("backward", 2))
+
+
+def scripted_act3d_turns(batch: int, turns: int, answer: str = "red chair") -> list[list[str]]:
+  """Per episode, `turns - 1` Act3D camera moves then an answer (for forced tokens)."""
+  out = []
+  for b in range(batch):
+    episode_turns = []
+    for t in range(turns - 1):
+      name, distance = MOVES[(b + t) % len(MOVES)]
+      args = f'"action": "{name}"' + ("" if distance is None else f', "distance": {distance}')
+      episode_turns.append('<think>look</think><tool_call>{"name": "render_view_tool", '
+                           f'"arguments": {{{args}}}}}</tool_call>')
+    episode_turns.append(f"<think>seen</think><answer>{answer}</answer>")
+    out.append(episode_turns)
+  return out

@@ -152,3 +152,74 @@ def test_partly_scripted_rollout_equals_the_host_reference(setup):
   for name in ("turn_length", "turn_valid", "turn_answer", "action_values", "action_present"):
     np.testing.assert_array_equal(getattr(traj, name), ref[name], err_msg=name)
   np.testing.assert_allclose(traj.reward, ref["reward"], atol=1e-6)
+
+
+def test_bad_model_output_ends_the_episode_with_the_format_flag(setup):
+  s = setup
+  config = _config(s["tok"], temperature=1.0)
+  tok = s["tok"]
+  filler = tok.encode("a", add_special_tokens=False)[0]
+
+  def filled(text):  # never closes: the turn runs into its token limit
+    ids = tok.encode(text, add_special_tokens=False)
+    return ids + [filler] * (config.max_turn_tokens - len(ids))
+
+  forced = np.full((BATCH, config.max_turns, config.max_turn_tokens), -1, np.int32)
+  forced[0, 0] = filled("}}{{ garbage <<")
+  forced[1, 0] = filled('<think>abc</think><tool_call>{"name": "render_view_tool"')
+  out_of_range = tok.encode(_call("forward", 999), add_special_tokens=False)
+  forced[2, 0, :len(out_of_range)] = out_of_range
+  eos = tok.encode("<think>x</think><|im_end|>", add_special_tokens=False)
+  forced[3, 0, :len(eos)] = eos
+  run = episode.compile_rollout(AGENT, s["template"], config)
+  traj = jax.device_get(run(s["model"], s["automaton"], s["tasks"], jnp.asarray(s["ids"]),
+                            jnp.asarray(s["mask"]), jax.random.PRNGKey(2), jnp.asarray(forced)))
+  assert traj.turn_active.tolist() == [[True, False, False]] * BATCH
+  assert not traj.turn_valid.any()
+  assert traj.turn_length[:, 0].tolist() == [40, 40, len(out_of_range), len(eos)]
+  np.testing.assert_allclose(traj.reward, -0.2)
+  np.testing.assert_array_equal(traj.reward_components["malformed"], 1.0)
+  assert not traj.action_present.any()
+
+
+def test_constrained_decoding_makes_every_turn_a_valid_call_or_answer(setup):
+  s = setup
+  config = _config(s["tok"], temperature=1.0, constrained=True)
+  run = episode.compile_rollout(AGENT, s["template"], config)
+  traj = jax.device_get(run(s["model"], s["automaton"], s["tasks"], jnp.asarray(s["ids"]),
+                            jnp.asarray(s["mask"]), jax.random.PRNGKey(5)))
+  np.testing.assert_array_equal(traj.turn_valid, traj.turn_active)
+  assert traj.turn_active[:, 0].all()
+  chex.assert_trees_all_equal(np.isfinite(traj.logprobs).all(), True)
+  # Only a call in the last turn can end an episode badly.
+  late_call = traj.turn_active[:, -1] & ~traj.turn_answer[:, -1]
+  np.testing.assert_array_equal(traj.reward_components["malformed"] > 0,
+                                late_call | (traj.answer[:, 0] < 0) | _blank(traj.answer))
+
+
+def _blank(answer):
+  return np.asarray([not bytes(a[a >= 0].astype(np.uint8)).strip() for a in answer])
+
+
+def test_a_host_judge_replaces_the_rule_judge(setup):
+  s = setup
+  config = _config(s["tok"], temperature=1.0)
+  calls = []
+
+  def judge(answer, reference):
+    calls.append((np.asarray(answer).copy(), np.asarray(reference).copy()))
+    return np.ones(answer.shape[0], bool)
+
+  scripts = [["<think>t</think><answer>blue sofa</answer>"]] * BATCH
+  forced = episode.forced_tokens(s["tok"], scripts, config)
+  run = episode.compile_rollout(AGENT, s["template"], config, judge=judge)
+  traj = jax.device_get(run(s["model"], s["automaton"], s["tasks"], jnp.asarray(s["ids"]),
+                            jnp.asarray(s["mask"]), jax.random.PRNGKey(0), jnp.asarray(forced)))
+  assert len(calls) == 1
+  answer, reference = calls[0]
+  assert bytes(answer[0][answer[0] >= 0].astype(np.uint8)) == b"blue sofa"
+  np.testing.assert_array_equal(reference, np.asarray(s["tasks"].answer_ids))
+  np.testing.assert_array_equal(traj.reward_components["judge"], 1.0)
+  np.testing.assert_array_equal(traj.reward_components["exact_match"], 0.0)
+  np.testing.assert_allclose(traj.reward, 0.3 + 0.05 * np.where(
+      traj.reward_components["grounded"] > 0, 12, 0))

@@ -1,0 +1,35 @@
+r"""Compiled Act3D rollouts of the tiny random policy: viewer and profiler.
+
+    python -m launch.show_rollouts --config configs/rollout_demo.py
+    python -m launch.profile_rollout --config configs/rollout_demo.py --config.batch=32 \
+        --config.trace_dir=outputs/rollout_trace
+
+Cost: about 30 s on a 2-core CPU (20 s of it compiling); no accelerator. A random policy
+rarely writes a valid call, so `scripted=True` forces the first turns' tool calls (the
+policy still runs on every token) and leaves the last turn to the policy; set
+`checkpoint` to a Qwen2.5-VL folder (config.json, safetensors, tokenizer) to roll out a
+real model.
+"""
+
+import ml_collections
+
+
+def get_config() -> ml_collections.ConfigDict:
+  c = ml_collections.ConfigDict()
+  c.checkpoint = ""          # empty: the tiny random policy and its local tokenizer
+  c.agent = "act3d"
+  c.seed = 0
+  c.batch = 4
+  c.scenes = 2
+  c.points = 20_000
+  c.width = 112
+  c.height = 84
+  c.max_turns = 4
+  c.max_turn_tokens = 48
+  c.temperature = 1.0
+  c.constrained = False
+  c.scripted = True
+  c.out = "outputs/rollouts.html"
+  c.trace_dir = ""           # profile_rollout: write a jax.profiler trace here
+  c.repeats = 3
+  return c

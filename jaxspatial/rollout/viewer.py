@@ -1,0 +1,79 @@
+"""An HTML page of a batch of episodes: per episode, each turn's text beside the view the
+agent saw before it, the parsed action, and the reward with its components."""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+
+import numpy as np
+from PIL import Image
+
+from jaxspatial.rollout.automaton import token_bytes
+
+
+def _png(image) -> str:
+  buffer = io.BytesIO()
+  Image.fromarray(np.asarray(image, np.uint8)).save(buffer, format="PNG")
+  return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+def turn_texts(trajectory, tokenizer) -> list[list[str]]:
+  """Each episode's generated turns as text."""
+  pieces, _ = token_bytes(tokenizer)
+  tokens = np.asarray(trajectory.tokens)
+  starts = np.asarray(trajectory.turn_start)
+  lengths = np.asarray(trajectory.turn_length)
+  active = np.asarray(trajectory.turn_active)
+  out = []
+  for b in range(tokens.shape[0]):
+    turns = []
+    for t in range(lengths.shape[1]):
+      if not active[b, t]:
+        break
+      ids = tokens[b, starts[t]:starts[t] + lengths[b, t]]
+      turns.append(b"".join(pieces[i] for i in ids).decode("utf-8", "replace"))
+    out.append(turns)
+  return out
+
+
+def trajectory_html(trajectory, tokenizer, grammar, title: str = "rollouts") -> str:
+  texts = turn_texts(trajectory, tokenizer)
+  images = np.asarray(trajectory.images)
+  given = np.asarray(trajectory.image_given)
+  valid = np.asarray(trajectory.turn_valid)
+  answer = np.asarray(trajectory.turn_answer)
+  values = np.asarray(trajectory.action_values)
+  present = np.asarray(trajectory.action_present)
+  reward = np.asarray(trajectory.reward)
+  components = {k: np.asarray(v) for k, v in trajectory.reward_components.items()}
+  parts = [f"<!doctype html><meta charset='utf-8'><title>{html.escape(title)}</title>",
+           "<style>body{font-family:sans-serif;margin:1em} .turn{display:flex;gap:1em;"
+           "margin:.4em 0;border-top:1px solid #ddd;padding-top:.4em} pre{white-space:"
+           "pre-wrap;max-width:60em;margin:0} .bad{color:#b00} .ok{color:#070} img{"
+           "image-rendering:pixelated;width:224px}</style>",
+           f"<h1>{html.escape(title)}</h1>"]
+  metrics = {k: float(v) for k, v in trajectory.metrics().items()}
+  parts.append("<p>" + ", ".join(f"{k} {v:.3f}" for k, v in metrics.items()) + "</p>")
+  for b, turns in enumerate(texts):
+    score = ", ".join(f"{k} {v[b]:.2f}" for k, v in components.items())
+    parts.append(f"<h2>episode {b}: reward {reward[b]:.3f}</h2><p>{html.escape(score)}</p>")
+    for t, text in enumerate(turns):
+      view = f"<img src='{_png(images[b, t])}'>" if given[b, t] else ""
+      if not valid[b, t]:
+        status = "<span class='bad'>malformed</span>"
+      elif answer[b, t]:
+        status = "<span class='ok'>answer</span>"
+      else:
+        fields = []
+        for i, spec in enumerate(grammar.fields):
+          if present[b, t, i] and spec.name != "kind":
+            value = values[b, t, i]
+            shown = (spec.options[int(value)].decode() if hasattr(spec, "options")
+                     else f"{value:g}")
+            fields.append(f"{spec.name}={shown}")
+        status = f"<span class='ok'>call {html.escape(', '.join(fields))}</span>"
+      parts.append(f"<div class='turn'><div>{view}</div><div><b>turn {t}</b> {status}"
+                   f"<pre>{html.escape(text)}</pre></div></div>")
+  return "\n".join(parts)

@@ -1,0 +1,61 @@
+"""The pieces a rollout needs, from a config (configs/rollout_demo.py): policy, tokenizer,
+agent, automaton, observation template, synthetic tasks and prompts, forced scripts."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax.numpy as jnp
+from flax import nnx
+
+from data_pipelines.synthetic import episodes
+from jaxspatial.envs import act3d
+from jaxspatial.models.qwen2_5_vl.model import Qwen25VL
+from jaxspatial.rollout import agents, automaton as am, episode, observation, tiny
+
+
+@dataclasses.dataclass
+class RolloutSetup:
+  tokenizer: object
+  model: Qwen25VL
+  agent: object
+  automaton: am.TokenAutomaton
+  template: observation.ObservationTemplate
+  config: episode.RolloutConfig
+  tasks: object
+  prompt_ids: jnp.ndarray
+  prompt_mask: jnp.ndarray
+  forced: jnp.ndarray | None
+
+
+def build(c) -> RolloutSetup:
+  if c.agent != "act3d":
+    raise ValueError(f"rollout_setup: agent {c.agent!r} has no synthetic task source yet; "
+                     "expected 'act3d'")
+  if c.checkpoint:
+    from jaxspatial.models.qwen2_5_vl.tokenizer import load_processor  # pylint: disable=import-outside-toplevel
+    processor = load_processor(c.checkpoint)
+    tok = getattr(processor, "tokenizer", processor)
+    model = Qwen25VL.from_pretrained(c.checkpoint)
+  else:
+    tok = tiny.tokenizer()
+    model = Qwen25VL(tiny.model_config(tok), rngs=nnx.Rngs(c.seed))
+  agent = agents.Act3DAgent(act3d.Act3DParams(width=c.width, height=c.height,
+                                              grounding_min_pixels=5,
+                                              max_interactions=c.max_turns))
+  automaton = am.compile_token_automaton(agent.grammar, tok, model.config.text.vocab_size)
+  n_image = episode.image_tokens(model, agent.image_size)
+  template = observation.compile_template(tok, agent.observation, n_image)
+  config = episode.RolloutConfig(
+      max_turns=c.max_turns, max_turn_tokens=c.max_turn_tokens, temperature=c.temperature,
+      constrained=c.constrained, eos_tokens=(tok.convert_tokens_to_ids("<|im_end|>"),),
+      pad_token=tok.pad_token_id or 0)
+  tasks, questions = episodes.act3d_tasks(c.batch, seed=c.seed, points=c.points,
+                                          scenes=c.scenes)
+  ids, mask = episodes.act3d_prompts(tok, questions, n_image)
+  forced = None
+  if c.scripted:
+    turns = [t[:-1] + [None] for t in tiny.scripted_act3d_turns(c.batch, c.max_turns)]  # the policy answers
+    forced = jnp.asarray(episode.forced_tokens(tok, turns, config))
+  return RolloutSetup(tok, model, agent, automaton, template, config, tasks, jnp.asarray(ids),
+                      jnp.asarray(mask), forced)

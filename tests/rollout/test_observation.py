@@ -1,0 +1,32 @@
+"""Observation messages: numbers formatted on device equal Python's formatting."""
+
+import jax
+import numpy as np
+
+from jaxspatial.rollout import observation, tiny
+
+
+def test_device_numbers_equal_the_host_layout_and_python_formatting():
+  tok = tiny.tokenizer()
+  template = observation.compile_template(
+      tok, "pos ({}, {}) <|vision_start|><|image_pad|><|vision_end|> at {}", image_tokens=3)
+  rng = np.random.default_rng(0)
+  values = np.concatenate([rng.uniform(-50, 50, 300), rng.uniform(-1, 1, 100) * 0.01,
+                           [0.0, -0.0, 0.005, -0.005, 0.015, 123.455, 9999.994, 12345.0,
+                            -12345.0, 1.0049999]]).astype(np.float32)
+  values = values[: len(values) // 3 * 3].reshape(-1, 3)
+  run = jax.jit(jax.vmap(lambda n: observation.observation_tokens(template, n)))
+  ids, mask = jax.device_get(run(values))
+  assert ids.shape[1] == template.length
+  pieces = {i: tok.decode([i]) for i in range(len(tok))}
+  for row, numbers in enumerate(values):
+    host_ids, host_mask = observation.observation_tokens_host(template, numbers)
+    np.testing.assert_array_equal(ids[row], host_ids)
+    np.testing.assert_array_equal(mask[row], host_mask)
+    text = "".join(pieces[i] for i in ids[row][mask[row]])
+    formatted = [observation.format_number_host(v) for v in numbers]
+    assert text == ("pos ({}, {}) <|vision_start|>" + "<|image_pad|>" * 3
+                    + "<|vision_end|> at {}").format(*formatted)
+    for v, f in zip(numbers, formatted):
+      if abs(v) < 9999.99 and abs(abs(v) * 100 % 1 - 0.5) > 1e-3:  # away from rounding ties
+        assert float(f) == round(float(v), 2) or abs(float(f) - float(v)) <= 0.005 + 1e-6
