@@ -49,6 +49,7 @@ bench: $(DEV_STAMP) system-deps
 	$(PY) -m benchmarks.projector_bench
 	$(PY) -m benchmarks.sampler_bench
 	$(PY) -m benchmarks.loading_bench
+	$(PY) -m benchmarks.rollout_bench
 
 clean:
 	rm -rf $(VENV) outputs build *.egg-info

@@ -223,3 +223,30 @@ def test_a_host_judge_replaces_the_rule_judge(setup):
   np.testing.assert_array_equal(traj.reward_components["exact_match"], 0.0)
   np.testing.assert_allclose(traj.reward, 0.3 + 0.05 * np.where(
       traj.reward_components["grounded"] > 0, 12, 0))
+
+
+def test_a_full_forward_pass_over_the_trajectory_gives_its_logprobs(setup):
+  """What the trainer does: one forward pass over the recorded slots (tokens, attention
+  mask, every message's view) reproduces the sampled log-probabilities."""
+  s = setup
+  config = _config(s["tok"], temperature=1.0)
+  scripts = [[_call("turn_left", 60), _call("forward")], [_call("up"), None],
+             [_call("turn_right", 30)], [None]]
+  forced = episode.forced_tokens(s["tok"], scripts, config)
+  run = episode.compile_rollout(AGENT, s["template"], config)
+  traj = run(s["model"], s["automaton"], s["tasks"], jnp.asarray(s["ids"]),
+             jnp.asarray(s["mask"]), jax.random.PRNGKey(3), jnp.asarray(forced))
+  model = s["model"]
+  images_per_row = int(np.sum(np.asarray(traj.tokens[0]) == model.config.image_token_id)
+                       // episode.image_tokens(model, AGENT.image_size))
+  views = traj.images[:, :images_per_row].reshape((-1,) + traj.images.shape[2:])
+  pixels, grids, _ = episode._vision_inputs(model, views)
+  grid = jnp.asarray(grids[0], jnp.int32)
+  sequence_grids = jnp.broadcast_to(grid, (BATCH, images_per_row, 3))
+  logits = model(traj.tokens, traj.attention_mask, pixels, grids, sequence_grids)
+  logp = jax.nn.log_softmax(logits[:, :-1], -1)
+  expected = jnp.take_along_axis(logp, traj.tokens[:, 1:, None], -1)[..., 0]
+  generated = np.asarray(traj.loss_mask[:, 1:])
+  assert generated.sum() > 100
+  np.testing.assert_allclose(np.asarray(expected)[generated],
+                             np.asarray(traj.logprobs[:, 1:])[generated], atol=2e-4)
