@@ -305,12 +305,19 @@ def rollout(model, agent, automaton: TokenAutomaton, template: ObservationTempla
       return dstate, segment_logits[:, -1], buffers
 
     def skip(args):
+      # Nobody continues: no compute, but the message's tokens are still laid out (masked)
+      # so that every trajectory holds max_turns image groups (static shapes for training).
       dstate, logits, buffers = args
+      ids, _ = jax.vmap(lambda n: observation_tokens(template, n))(numbers)
+      slot = dstate.next_slot
+      tokens, attention, loss, logprobs = buffers
+      written = jax.lax.dynamic_update_slice(tokens, ids, (0, slot))
+      tokens = jnp.where(turn < turns - 1, written, tokens)
       empty = DecodeState(cache=dstate.cache, valid=dstate.valid,
                           next_slot=dstate.next_slot + template.length,
                           next_position=dstate.next_position, last_hidden=dstate.last_hidden,
                           last_token=dstate.last_token)
-      return empty, logits, buffers
+      return empty, logits, (tokens, attention, loss, logprobs)
 
     dstate, logits, buffers = jax.lax.cond(jnp.any(continuing), observe, skip,
                                            (dstate, logits, buffers))

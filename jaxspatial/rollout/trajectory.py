@@ -21,7 +21,9 @@ class Trajectory:
     the grammar mask), 0 elsewhere. M-RoPE positions follow from the tokens, the attention
     mask and the image grids (`model.position_ids`), as in the rollout.
   images [B, T + 1, H, W, 3] uint8: the first view, then the view after each turn (only
-    those with `image_given` were shown; every message keeps its image tokens, masked).
+    those with `image_given` were shown). The tokens always hold T image groups (the
+    prompt's and T - 1 messages, masked where not shown), which are images[:, :T]: a
+    forward pass takes those (`jaxspatial.train.token_logprobs`).
   turn_start [T]: the first decode slot of each turn (shared by the batch).
   turn_length, turn_active, turn_valid, turn_answer, env_invalid [B, T]: tokens generated,
     whether the episode was still running, the turn was well formed, it answered, the

@@ -33,7 +33,8 @@ def turn_texts(trajectory, tokenizer) -> list[list[str]]:
       if not active[b, t]:
         break
       ids = tokens[b, starts[t]:starts[t] + lengths[b, t]]
-      turns.append(b"".join(pieces[i] for i in ids).decode("utf-8", "replace"))
+      turns.append(b"".join(pieces[i] if i < len(pieces) else b"<?>" for i in ids).decode(
+          "utf-8", "replace"))
     out.append(turns)
   return out
 

@@ -239,6 +239,7 @@ def test_a_full_forward_pass_over_the_trajectory_gives_its_logprobs(setup):
   model = s["model"]
   images_per_row = int(np.sum(np.asarray(traj.tokens[0]) == model.config.image_token_id)
                        // episode.image_tokens(model, AGENT.image_size))
+  assert images_per_row == config.max_turns  # the layout is static
   views = traj.images[:, :images_per_row].reshape((-1,) + traj.images.shape[2:])
   pixels, grids, _ = episode._vision_inputs(model, views)
   grid = jnp.asarray(grids[0], jnp.int32)

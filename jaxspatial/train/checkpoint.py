@@ -1,0 +1,120 @@
+"""Orbax checkpoints of a training run: model, optimizer, RNG and data-iterator state.
+
+Saves are asynchronous and atomic (orbax writes a temporary directory and renames it);
+`latest/` keeps the last K steps, `best/` the best one by a metric. Restoring reads onto
+the shardings of the model and optimizer passed in, so a run saved on one mesh resumes
+on another. A `PreemptionGuard` turns SIGTERM into a flag the loop checks to save before
+exiting.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import signal
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+from flax import nnx
+
+
+def _pure(state) -> dict:
+  return nnx.to_pure_dict(state)
+
+
+class Checkpointer:
+  def __init__(self, directory, keep: int = 3, best_metric: str | None = None,
+               best_mode: str = "max", async_save: bool = True):
+    self.directory = pathlib.Path(directory).absolute()
+    self.best_metric = best_metric
+    options = ocp.CheckpointManagerOptions(max_to_keep=keep,
+                                           enable_async_checkpointing=async_save)
+    self.latest = ocp.CheckpointManager(self.directory / "latest", options=options)
+    self.best = None
+    if best_metric:
+      self.best = ocp.CheckpointManager(
+          self.directory / "best", options=ocp.CheckpointManagerOptions(
+              max_to_keep=1, best_fn=lambda m: m[best_metric], best_mode=best_mode,
+              enable_async_checkpointing=async_save))
+
+  def _args(self, model, optimizer, extra: dict):
+    return ocp.args.Composite(
+        model=ocp.args.StandardSave(_pure(nnx.state(model, nnx.Param))),
+        optimizer=ocp.args.StandardSave(_pure(nnx.state(optimizer))),
+        extra=ocp.args.JsonSave(extra))
+
+  def save(self, step: int, model, optimizer, extra: dict, metrics: dict | None = None,
+           force: bool = False) -> bool:
+    """Saves (asynchronously) unless this step exists. `extra` is JSON: RNG key data, the
+    data iterator's state, the phase. With `metrics` holding the best metric, also offers
+    the step to `best/`."""
+    saved = self.latest.save(step, args=self._args(model, optimizer, extra), force=force)
+    if self.best is not None and metrics and self.best_metric in metrics:
+      self.best.save(step, args=self._args(model, optimizer, extra),
+                     metrics={k: float(v) for k, v in metrics.items()}, force=True)
+    return saved
+
+  def latest_step(self) -> int | None:
+    return self.latest.latest_step()
+
+  def restore(self, model, optimizer, step: int | None = None, best: bool = False):
+    """Restores into `model` and `optimizer` (onto their current shardings). Returns
+    (step, extra) or None when there is no checkpoint."""
+    manager = self.best if best else self.latest
+    if manager is None:
+      raise ValueError("Checkpointer.restore: no best checkpoints are kept (best_metric unset)")
+    step = manager.latest_step() if step is None else step
+    if step is None:
+      return None
+    model_state = nnx.state(model, nnx.Param)
+    optimizer_state = nnx.state(optimizer)
+    abstract = lambda state: jax.tree.map(ocp.utils.to_shape_dtype_struct, _pure(state))
+    restored = manager.restore(step, args=ocp.args.Composite(
+        model=ocp.args.StandardRestore(abstract(model_state)),
+        optimizer=ocp.args.StandardRestore(abstract(optimizer_state)),
+        extra=ocp.args.JsonRestore()))
+    nnx.replace_by_pure_dict(model_state, restored["model"])
+    nnx.replace_by_pure_dict(optimizer_state, restored["optimizer"])
+    nnx.update(model, model_state)
+    nnx.update(optimizer, optimizer_state)
+    return step, restored["extra"]
+
+  def wait(self) -> None:
+    self.latest.wait_until_finished()
+    if self.best is not None:
+      self.best.wait_until_finished()
+
+  def close(self) -> None:
+    self.wait()
+    self.latest.close()
+    if self.best is not None:
+      self.best.close()
+
+
+def key_to_json(key) -> list[int]:
+  return np.asarray(jax.random.key_data(key) if jax.dtypes.issubdtype(
+      key.dtype, jax.dtypes.prng_key) else key).astype(np.uint32).tolist()
+
+
+def key_from_json(data) -> jax.Array:
+  return jax.numpy.asarray(np.asarray(data, np.uint32))
+
+
+class PreemptionGuard:
+  """Within `with PreemptionGuard() as guard:`, SIGTERM sets `guard.requested`."""
+
+  def __init__(self):
+    self.requested = False
+    self._previous = None
+
+  def _handle(self, signum, frame):
+    del signum, frame
+    self.requested = True
+
+  def __enter__(self):
+    self._previous = signal.signal(signal.SIGTERM, self._handle)
+    return self
+
+  def __exit__(self, *exc):
+    signal.signal(signal.SIGTERM, self._previous)
+    return False

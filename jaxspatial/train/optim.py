@@ -1,0 +1,35 @@
+"""AdamW with linear warm-up, cosine decay and global-norm clipping."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import optax
+from flax import nnx
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizerConfig:
+  learning_rate: float = 1e-5
+  warmup_steps: int = 0
+  total_steps: int = 1000
+  final_fraction: float = 0.1     # cosine decays to this fraction of the peak
+  weight_decay: float = 0.0
+  b1: float = 0.9
+  b2: float = 0.999
+  clip_norm: float | None = 1.0
+
+
+def schedule(config: OptimizerConfig) -> optax.Schedule:
+  return optax.warmup_cosine_decay_schedule(
+      0.0 if config.warmup_steps else config.learning_rate, config.learning_rate,
+      config.warmup_steps, max(config.total_steps, config.warmup_steps + 1),
+      config.learning_rate * config.final_fraction)
+
+
+def make_optimizer(model, config: OptimizerConfig) -> nnx.Optimizer:
+  """An nnx.Optimizer over the model's nnx.Param (LoRA adapters count as Params)."""
+  chain = [optax.clip_by_global_norm(config.clip_norm)] if config.clip_norm else []
+  chain.append(optax.adamw(schedule(config), b1=config.b1, b2=config.b2,
+                           weight_decay=config.weight_decay))
+  return nnx.Optimizer(model, optax.chain(*chain), wrt=nnx.Param)

@@ -1,0 +1,132 @@
+"""SFT and GRPO steps: the loss over a trajectory batch, gradient accumulation over
+micro-batches, the optimizer update, and a guard that refuses non-finite updates.
+
+Losses are (sum, denominator) pairs so that micro-batches accumulate exactly: the step's
+loss is the sum over micro-batches divided by the summed denominators, the same number a
+single pass over the whole batch gives.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+from flax import nnx, struct
+
+from jaxspatial.rl.objectives import PolicyLossConfig, policy_loss
+from jaxspatial.train.logprobs import token_logprobs
+
+Array = jax.Array
+
+
+@struct.dataclass
+class TrainBatch:
+  """tokens, attention_mask, loss_mask [B, S]; images [B, K, H, W, 3] uint8 (the K views in
+  token order); advantages [B] (GRPO); old_logprobs, ref_logprobs [B, S] (GRPO; zeros when
+  unused)."""
+  tokens: Array
+  attention_mask: Array
+  loss_mask: Array
+  images: Array
+  advantages: Array
+  old_logprobs: Array
+  ref_logprobs: Array
+
+  @classmethod
+  def from_trajectory(cls, trajectory, max_turns: int, advantages=None, old_logprobs=None,
+                      ref_logprobs=None) -> "TrainBatch":
+    zeros = jnp.zeros(trajectory.tokens.shape, jnp.float32)
+    return cls(tokens=trajectory.tokens, attention_mask=trajectory.attention_mask,
+               loss_mask=trajectory.loss_mask, images=trajectory.images[:, :max_turns],
+               advantages=(jnp.zeros(trajectory.tokens.shape[0], jnp.float32)
+                           if advantages is None else advantages),
+               old_logprobs=zeros if old_logprobs is None else old_logprobs,
+               ref_logprobs=zeros if ref_logprobs is None else ref_logprobs)
+
+  @property
+  def batch_size(self) -> int:
+    return self.tokens.shape[0]
+
+
+@dataclasses.dataclass(frozen=True)
+class StepConfig:
+  objective: str = "sft"                 # "sft" or "grpo"
+  loss: PolicyLossConfig = PolicyLossConfig()
+  temperature: float = 1.0               # the rollout's, for GRPO log-probabilities
+  micro_batches: int = 1
+
+
+def loss_parts(model, batch: TrainBatch, config: StepConfig):
+  """(loss sum, (denominator, metrics)) of one (micro-)batch."""
+  if config.objective == "sft":
+    logp = token_logprobs(model, batch.tokens, batch.attention_mask, batch.images)
+    mask = batch.loss_mask.astype(jnp.float32)
+    total = -jnp.sum(logp * mask)
+    return total, (jnp.sum(mask), {"tokens": jnp.sum(mask)})
+  if config.objective == "grpo":
+    logp, entropy = token_logprobs(model, batch.tokens, batch.attention_mask, batch.images,
+                                   config.temperature, with_entropy=True)
+    advantages = jnp.broadcast_to(batch.advantages[:, None], logp.shape)
+    total, denominator, metrics = policy_loss(
+        logp, batch.old_logprobs, advantages, batch.loss_mask, config.loss,
+        ref_logp_BxL=batch.ref_logprobs if config.loss.beta > 0 else None, entropy_BxL=entropy)
+    return total, (denominator, metrics)
+  raise ValueError(f"StepConfig.objective: expected 'sft' or 'grpo', got {config.objective!r}")
+
+
+def _slice(batch: TrainBatch, index: int, size: int) -> TrainBatch:
+  return jax.tree.map(lambda x: jax.lax.dynamic_slice_in_dim(x, index * size, size, 0), batch)
+
+
+@nnx.jit(static_argnames=("config",))
+def train_step(model, optimizer, batch: TrainBatch, config: StepConfig):
+  """One optimizer step over the batch (micro-batches accumulated). Returns metrics with
+  `loss`, `grad_norm` and `finite`; when the loss or a gradient is not finite the update is
+  not applied (parameters and optimizer state are unchanged) and `finite` is False."""
+  if batch.batch_size % config.micro_batches:
+    raise ValueError(f"train_step: batch {batch.batch_size} does not split into "
+                     f"{config.micro_batches} micro-batches")
+  size = batch.batch_size // config.micro_batches
+  grad_fn = nnx.value_and_grad(lambda m, b: loss_parts(m, b, config), has_aux=True)
+  total, denominator, grads, metrics = 0.0, 0.0, None, {}
+  for index in range(config.micro_batches):
+    (part, (part_denominator, part_metrics)), part_grads = grad_fn(model, _slice(batch, index,
+                                                                                  size))
+    total = total + part
+    denominator = denominator + part_denominator
+    grads = part_grads if grads is None else jax.tree.map(jnp.add, grads, part_grads)
+    for name, value in part_metrics.items():
+      metrics[name] = metrics.get(name, 0.0) + value / config.micro_batches
+  scale = 1.0 / jnp.maximum(denominator, 1e-9)
+  grads = jax.tree.map(lambda g: g * scale, grads)
+  loss = total * scale
+  grad_norm = jnp.sqrt(sum(jnp.sum(jnp.square(g)) for g in jax.tree.leaves(grads)))
+  finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+  # Snapshot values (pure dicts of arrays), not Variables, which the update mutates.
+  params_before = nnx.to_pure_dict(nnx.state(model, nnx.Param))
+  optimizer_before = nnx.to_pure_dict(nnx.state(optimizer))
+  optimizer.update(model, jax.tree.map(lambda g: jnp.where(finite, g, 0.0), grads))
+
+  def keep_if_not_finite(node, before):
+    state = nnx.state(node, nnx.Param) if node is model else nnx.state(node)
+    kept = jax.tree.map(lambda a, b: jnp.where(finite, a, b), nnx.to_pure_dict(state), before)
+    nnx.replace_by_pure_dict(state, kept)
+    nnx.update(node, state)
+
+  keep_if_not_finite(model, params_before)
+  keep_if_not_finite(optimizer, optimizer_before)
+  return {**metrics, "loss": loss, "grad_norm": grad_norm, "finite": finite}
+
+
+@nnx.jit(static_argnames=("temperature",))
+def batch_logprobs(model, batch: TrainBatch, temperature: float = 1.0) -> Array:
+  """Log-probabilities under the model's current parameters (old / reference policy)."""
+  return token_logprobs(model, batch.tokens, batch.attention_mask, batch.images, temperature)
+
+
+def shard_batch(batch, mesh):
+  """Puts every leaf's leading (batch) axis over the mesh's ('data', 'fsdp') axes."""
+  from jax.sharding import NamedSharding, PartitionSpec  # pylint: disable=import-outside-toplevel
+  spec = NamedSharding(mesh, PartitionSpec(("data", "fsdp")))
+  return jax.tree.map(lambda x: jax.device_put(x, spec), batch)

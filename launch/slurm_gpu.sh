@@ -1,0 +1,22 @@
+#!/bin/bash
+# Multi-node GPU training under SLURM: one process per node, all of its GPUs.
+#
+#   sbatch --nodes=4 --gpus-per-node=8 launch/slurm_gpu.sh configs/act3d_grpo.py \
+#       --config.workdir=/shared/runs/act3d
+#
+# jax.distributed reads SLURM's variables (launch.train calls initialize_from_env), so every
+# process joins one mesh ('data', 'fsdp', 'tensor') over all GPUs; each host loads its own
+# data shard. Checkpoints go to --config.workdir, which must be on a shared file system;
+# SLURM's SIGTERM before preemption makes the job save and exit (requeue with --requeue).
+# Cost: the config file's header says what a run costs.
+#SBATCH --job-name=jaxspatial
+#SBATCH --ntasks-per-node=1
+#SBATCH --exclusive
+#SBATCH --signal=TERM@120
+#SBATCH --requeue
+set -euo pipefail
+CONFIG=${1:?usage: sbatch launch/slurm_gpu.sh CONFIG [--config.key=value ...]}
+shift
+cd "${SLURM_SUBMIT_DIR:-$(dirname "$0")/..}"
+export XLA_PYTHON_CLIENT_MEM_FRACTION=${XLA_PYTHON_CLIENT_MEM_FRACTION:-0.9}
+srun --kill-on-bad-exit=1 .venv/bin/python -m launch.train --config "$CONFIG" "$@"

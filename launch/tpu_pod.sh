@@ -1,0 +1,20 @@
+#!/bin/bash
+# Training on a Cloud TPU pod slice: the same command on every worker.
+#
+#   launch/tpu_pod.sh my-tpu us-central2-b configs/think3d_rl.py --config.workdir=gs://bucket/run
+#
+# Copies this checkout to every worker, makes its .venv there (`make .venv` via the dev
+# install), and starts launch.train on all workers at once; jax.distributed detects the pod
+# (launch.train calls initialize_from_env), so the mesh spans every chip. Use a gs:// or
+# shared workdir for checkpoints; a maintenance event's SIGTERM makes the job save first.
+# Cost: the config file's header says what a run costs.
+set -euo pipefail
+TPU=${1:?usage: launch/tpu_pod.sh TPU_NAME ZONE CONFIG [--config.key=value ...]}
+ZONE=${2:?zone}
+CONFIG=${3:?config}
+shift 3
+ARGS="$*"
+gcloud compute tpus tpu-vm scp --recurse --zone "$ZONE" --worker=all . "$TPU":~/jaxspatial
+gcloud compute tpus tpu-vm ssh "$TPU" --zone "$ZONE" --worker=all --command \
+  "cd ~/jaxspatial && make .venv >/dev/null && .venv/bin/pip install -q 'jax[tpu]' && \
+   .venv/bin/python -m launch.train --config $CONFIG $ARGS"
