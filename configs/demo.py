@@ -3,12 +3,12 @@ evaluate against answering from the first view. What `make demo` runs.
 
     python -m launch.train --config configs/demo.py [--config.key=value ...]
 
-Cost: about 15 minutes on a 2-core CPU, no accelerator (SFT ~3 min, GRPO ~8 min, the
-rest compiling and evaluating). To fit, the demo shrinks everything: a ~1M-parameter
-Qwen2.5-VL-shaped policy with a 600-token BPE trained on the templates, 56x56 renders
-(4 vision tokens), a one-box scene (data_pipelines/synthetic/look_around.py), at most one
-camera move (Act3D's turn_left / turn_right, 90-degree steps) before answering, and turns
-of at most 40 tokens. Outputs under `workdir`: metrics.jsonl and TensorBoard events,
+Cost: about 15 minutes on a 2-core CPU, no accelerator (SFT ~3 min, GRPO ~7 min, the
+rest compiling and evaluating). To fit, the demo shrinks everything: a ~0.5M-parameter
+Qwen2.5-VL-shaped policy (2 layers, width 128) with a 600-token BPE trained on the
+templates, 56x56 renders (4 vision tokens), a one-box scene
+(data_pipelines/synthetic/look_around.py), at most one camera move (Act3D's turn_left /
+turn_right, 90-degree steps) before answering, and turns of at most 40 tokens. Outputs under `workdir`: metrics.jsonl and TensorBoard events,
 reward_curve.png, rollouts.html (test episodes), results.json, checkpoints/.
 """
 
@@ -26,7 +26,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.data = dict(train_tasks=480, test_tasks=240, sft_trajectories=384)
   c.rollout = dict(max_turns=2, max_turn_tokens=40, temperature=1.0)
   c.sft = dict(steps=400, batch=16, learning_rate=3e-3, warmup=20, micro_batches=1)
-  c.grpo = dict(steps=120, prompts=8, group=8, learning_rate=1e-4, warmup=5, micro_batches=1,
+  c.grpo = dict(steps=120, prompts=8, group=8, learning_rate=2e-4, warmup=5, micro_batches=1,
                 epsilon=0.2, beta=0.0, updates_per_batch=1)
   c.eval = dict(batch=80)
   c.checkpoint = dict(every=50, keep=2)

@@ -179,14 +179,7 @@ def evaluate(job: Job, first_view_only: bool = False) -> dict:
 def _grpo_batch(job: Job, step: int, model_key):
   c = job.config
   rng = np.random.default_rng([c.seed, 11, step])
-  # Stratified by side, so every batch asks about left and right equally: the gradient then
-  # cannot move the policy toward one side for all questions, only toward the side named.
-  sides = np.asarray([q.side for q in job.train[1]])
-  front = c.grpo.prompts // 4
-  per_side = {"front": front, "left": (c.grpo.prompts - front) // 2}
-  per_side["right"] = c.grpo.prompts - front - per_side["left"]
-  prompts_index = np.concatenate([rng.choice(np.flatnonzero(sides == s), n, replace=False)
-                                  for s, n in per_side.items()])
+  prompts_index = rng.choice(len(job.train[1]), c.grpo.prompts, replace=False)
   index = np.repeat(prompts_index, c.grpo.group)
   tasks, questions, ids, mask = _take(job.train, index)
   traj = _rollout(job, tasks, ids, mask, jax.random.fold_in(model_key, step))
@@ -336,7 +329,14 @@ def run(c) -> dict:
   writer.close()
   _save_results(job, results)
   if curve["reward"][0]:
-    line_chart(curve, workdir / "reward_curve.png", title="GRPO training: reward and accuracy")
+    window = 10
+    smooth = lambda y: np.convolve(y, np.ones(window) / window, "valid") if len(y) >= window else y
+    xs = curve["reward"][0][window - 1:] if len(curve["reward"][0]) >= window else curve["reward"][0]
+    line_chart({"reward (10-step mean)": (xs, smooth(np.asarray(curve["reward"][1]))),
+                "accuracy (10-step mean)": (xs, smooth(np.asarray(curve["accuracy"][1]))),
+                "reward": curve["reward"]},
+               workdir / "reward_curve.png",
+               title="GRPO training rollouts (temperature 1): reward and accuracy")
   if c.evaluate:
     tasks, questions, ids, mask = _take(job.test, np.arange(min(16, len(job.test[1]))))
     traj = _rollout(job, tasks, ids, mask, jax.random.PRNGKey(1),

@@ -1,15 +1,16 @@
-"""The main job's task: "What colour is the box on your left / right / in front?"
+"""The main job's task: "What colour is the box?"
 
-A grey floor and one coloured box, about 1.7 m from the camera, in front of it or 90 degrees to
-its left or right (outside a 90-degree view). The camera starts at the centre looking
-along +y. A box in front can be answered from the first view; a box to the side needs a
-turn (Act3D's turn_left / turn_right, 90-degree steps in the demo). The question names the
-side, so a policy can learn where to look.
+A grey floor and one coloured box, about 1.7 m from the camera, in front of it or 90
+degrees to its left or right (outside a 90-degree view). The camera starts at the centre
+looking along +y. A box in front can be answered from the first view; a box to the side
+needs a turn (Act3D's turn_left / turn_right, 90-degree steps in the demo). Boxes out of
+view are on the left three times as often as on the right.
 
-The scripted expert explores with Act3D actions but ignores the hint: it turns left or
-right at random, answers the colour when the box comes into view, and guesses otherwise.
-Trained on it, a policy explores (beating answers from the first view) but finds the box
-half the time; GRPO can learn to turn toward the named side.
+The scripted expert explores with Act3D actions but does not know that prior: when the box
+is out of view it turns right 60% of the time and left 40%, answers the colour when the
+box comes into view, and guesses otherwise. Imitating it, a policy explores (beating
+answers from the first view) but, decoding greedily, turns right; GRPO can learn to turn
+left, where the box usually is.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from jaxspatial.geometry.pointcloud import bucket_size
 COLOURS = {"red": (220, 40, 40), "green": (40, 180, 60), "blue": (40, 70, 220),
            "yellow": (230, 210, 40)}
 SIDES = ("front", "left", "right")
+SIDE_WEIGHTS = {"front": 4, "left": 6, "right": 2}   # out of view: left 3 : right 1
+EXPERT_RIGHT = 0.6                                    # the expert's chance to turn right
 SIDE_DIRECTION = {"front": (0.0, 1.0), "left": (-1.0, 0.0), "right": (1.0, 0.0)}
 CENTRE = np.asarray([3.0, 3.0, 0.0])
 CAMERA_HEIGHT = 1.0
@@ -38,8 +41,7 @@ class LookQuestion:
 
   @property
   def question(self) -> str:
-    where = "in front of you" if self.side == "front" else f"on your {self.side}"
-    return f"What colour is the box {where}?"
+    return "What colour is the box?"
 
   @property
   def needs_exploration(self) -> bool:
@@ -84,10 +86,10 @@ def _scene(rng: np.random.Generator, side: str, colour: str, points: int):
 
 def make_tasks(count: int, seed: int, points: int = 6000, width: int = 56, height: int = 56,
                hfov_deg: float = 90.0):
-  """`count` tasks (sides and colours balanced, then shuffled) from `seed`. Returns (batched
-  numpy Task, questions). Train and test use disjoint seeds."""
+  """`count` tasks (sides in SIDE_WEIGHTS proportions, colours balanced, then shuffled) from
+  `seed`. Returns (batched numpy Task, questions). Train and test use disjoint seeds."""
   rng = np.random.default_rng(seed)
-  combos = [(s, c) for s in SIDES for c in COLOURS]
+  combos = [(s, c) for s in SIDES for _ in range(SIDE_WEIGHTS[s]) for c in COLOURS]
   order = [combos[i % len(combos)] for i in range(count)]
   rng.shuffle(order)
   eye = CENTRE + np.asarray([0.0, 0.0, CAMERA_HEIGHT])
@@ -107,8 +109,8 @@ def make_tasks(count: int, seed: int, points: int = 6000, width: int = 56, heigh
 
 
 def _call(action: str) -> str:
-  return ('<think>look</think><tool_call>{"name": "render_view_tool", "arguments": '
-          f'{{"action": "{action}"}}}}</tool_call>')
+  return ('<think>no box here</think><tool_call>{"name": "render_view_tool", '
+          f'"arguments": {{"action": "{action}"}}}}</tool_call>')
 
 
 def answer_turn(colour: str) -> str:
@@ -116,12 +118,12 @@ def answer_turn(colour: str) -> str:
 
 
 def expert_turns(question: LookQuestion, rng: np.random.Generator) -> list[str]:
-  """The scripted expert's turns for one question (it ignores the side named)."""
+  """The scripted expert's turns for one question (it does not know where boxes usually are)."""
   if not question.needs_exploration:
     return [answer_turn(question.colour)]
-  turn = rng.choice(("left", "right"))
+  turn = "right" if rng.random() < EXPERT_RIGHT else "left"
   found = turn == question.side
-  colour = question.colour if found else rng.choice(list(COLOURS))
+  colour = question.colour if found else str(rng.choice(list(COLOURS)))
   return [_call(f"turn_{turn}"), answer_turn(colour)]
 
 

@@ -22,7 +22,7 @@ def _box_pixels(obs_state_task, action=None):
 
 
 def test_the_box_is_seen_only_from_the_right_direction():
-  tasks, questions = look_around.make_tasks(12, seed=3)
+  tasks, questions = look_around.make_tasks(24, seed=3)
   assert {q.side for q in questions} == set(look_around.SIDES)
   for i, q in enumerate(questions):
     task = jax.tree.map(lambda x, i=i: jnp.asarray(x[i]), tasks)
@@ -35,14 +35,20 @@ def test_the_box_is_seen_only_from_the_right_direction():
     assert bytes(ids[ids >= 0].astype(np.uint8)).decode() == q.colour
 
 
-def test_the_expert_explores_at_random_and_answers_what_it_sees():
+def test_sides_follow_the_prior():
+  _, questions = look_around.make_tasks(240, seed=1)
+  counts = {s: sum(q.side == s for q in questions) for s in look_around.SIDES}
+  assert counts == {"front": 80, "left": 120, "right": 40}
+
+
+def test_the_expert_turns_right_more_often_and_answers_what_it_sees():
   rng = np.random.default_rng(0)
   front = look_around.expert_turns(look_around.LookQuestion("front", "red"), rng)
   assert front == [look_around.answer_turn("red")]
   turns = [look_around.expert_turns(look_around.LookQuestion("left", "blue"), rng)
-           for _ in range(200)]
+           for _ in range(400)]
   went_left = [t for t in turns if "turn_left" in t[0]]
-  assert 60 < len(went_left) < 140
+  assert 120 < len(went_left) < 200  # 40%
   assert all(t[1] == look_around.answer_turn("blue") for t in went_left)
   guesses = {t[1] for t in turns if "turn_right" in t[0]}
   assert len(guesses) > 1  # a guess when the box was not found
