@@ -3,8 +3,8 @@ evaluate against answering from the first view. What `make demo` runs.
 
     python -m launch.train --config configs/demo.py [--config.key=value ...]
 
-Cost: about 15 minutes on a 2-core CPU, no accelerator (SFT ~3 min, GRPO ~7 min, the
-rest compiling and evaluating). To fit, the demo shrinks everything: a ~0.5M-parameter
+Cost: about 13 minutes on a 2-core CPU, no accelerator (SFT ~3 min, GRPO ~7 min, the
+rest compiling and evaluating). To fit, the demo shrinks everything: a 0.64M-parameter
 Qwen2.5-VL-shaped policy (2 layers, width 128) with a 600-token BPE trained on the
 templates, 56x56 renders (4 vision tokens), a one-box scene
 (data_pipelines/synthetic/look_around.py), at most one camera move (Act3D's turn_left /

@@ -89,8 +89,19 @@ def make_tasks(count: int, seed: int, points: int = 6000, width: int = 56, heigh
   """`count` tasks (sides in SIDE_WEIGHTS proportions, colours balanced, then shuffled) from
   `seed`. Returns (batched numpy Task, questions). Train and test use disjoint seeds."""
   rng = np.random.default_rng(seed)
-  combos = [(s, c) for s in SIDES for _ in range(SIDE_WEIGHTS[s]) for c in COLOURS]
-  order = [combos[i % len(combos)] for i in range(count)]
+  # Sides interleaved in proportion (any count keeps them close), colours cycled per round.
+  per_round = sum(SIDE_WEIGHTS.values())
+  sides = []
+  credit = {s: 0.0 for s in SIDES}
+  for _ in range(per_round):  # largest-remainder interleaving: f l f l r l ...
+    for s in SIDES:
+      credit[s] += SIDE_WEIGHTS[s] / per_round
+    pick = max(SIDES, key=lambda s: credit[s])
+    credit[pick] -= 1.0
+    sides.append(pick)
+  colours = list(COLOURS)
+  order = [(sides[i % per_round], colours[(i // per_round + i) % len(colours)])
+           for i in range(count)]
   rng.shuffle(order)
   eye = CENTRE + np.asarray([0.0, 0.0, CAMERA_HEIGHT])
   pose = np.asarray(look_at(eye, eye + np.asarray([0.0, 1.0, 0.0]), (0.0, 0.0, 1.0)))
