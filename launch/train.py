@@ -219,7 +219,7 @@ def run(c) -> dict:
   if c.grpo.beta > 0:
     raise NotImplementedError("launch.train: grpo.beta > 0 needs the reference policy's "
                               "log-probabilities, which this loop does not compute yet; "
-                              "use beta = 0 (as Think3D-RL's and PERIA's code do)")
+                              "use beta = 0 (as PERIA's recipe does)")
   initialize_from_env()
   workdir = pathlib.Path(c.workdir)
   workdir.mkdir(parents=True, exist_ok=True)
