@@ -32,7 +32,9 @@ def run(c, best: bool = False) -> dict:
   results = {"step": step, "policy": train.evaluate(job),
              "first_view": train.evaluate(job, first_view_only=True)}
   print(f"checkpoint step {step}")
-  print(train._table({"grpo": results["policy"], "first_view": results["first_view"]}))
+  print(train._table({"grpo": results["policy"], "first_view": results["first_view"]},
+                     {"grpo": f"policy at step {step}",
+                      "first_view": "same, answering from the first view"}))
   return results
 
 

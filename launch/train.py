@@ -201,9 +201,10 @@ def _save_results(job: Job, results: dict) -> None:
   (workdir / "results.json").write_text(json.dumps(results, indent=2))
 
 
-def _table(results: dict) -> str:
-  rows = [("first view only (SFT policy)", results.get("first_view")),
-          ("SFT policy", results.get("sft")), ("SFT + GRPO policy", results.get("grpo"))]
+def _table(results: dict, names: dict | None = None) -> str:
+  names = {"first_view": "first view only (SFT policy)", "sft": "SFT policy",
+           "grpo": "SFT + GRPO policy", **(names or {})}
+  rows = [(names[k], results.get(k)) for k in ("first_view", "sft", "grpo")]
   lines = [f"{'policy':30} | {'front':>13} | {'left':>13} | {'right':>13} | "
            f"{'explore (L+R)':>13} | {'all':>13}"]
   for name, r in rows:
