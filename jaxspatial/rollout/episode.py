@@ -27,13 +27,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxspatial.models.qwen2_5_vl.preprocess import preprocess_image
+from jaxspatial.models.qwen2_5_vl.preprocess import batch_vision_inputs, image_grid
 from jaxspatial.models.qwen2_5_vl.sampler import DecodeState, append, filter_logits, prefill
+from jaxspatial.models.qwen2_5_vl.sampler import sample_token as sampler_choose
 from jaxspatial.rl.advantages import image_hash
 from jaxspatial.rl.rewards import device_text
 from jaxspatial.rollout.automaton import START, TokenAutomaton, allowed_tokens
 from jaxspatial.rollout.observation import ObservationTemplate, observation_tokens
-from jaxspatial.rollout.parse import ParsedTurn, parse_turn
+from jaxspatial.rollout.parse import parse_turn
 from jaxspatial.rollout.trajectory import Trajectory
 
 Array = jax.Array
@@ -60,14 +61,7 @@ def capacity(prompt_length: int, template: ObservationTemplate, config: RolloutC
 
 def sample_token(logits_BxV: Array, key: Array, config: RolloutConfig):
   """(token, log-probability under the distribution sampled from)."""
-  if config.temperature <= 0:
-    token = jnp.argmax(logits_BxV, axis=-1)
-    logp = jax.nn.log_softmax(logits_BxV, axis=-1)
-  else:
-    scaled = filter_logits(logits_BxV / config.temperature, config.top_k, config.top_p)
-    token = jax.random.categorical(key, scaled, axis=-1)
-    logp = jax.nn.log_softmax(scaled, axis=-1)
-  return token.astype(jnp.int32), jnp.take_along_axis(logp, token[:, None], -1)[:, 0]
+  return sampler_choose(logits_BxV, key, config.temperature, config.top_k, config.top_p)
 
 
 def force(logits_BxV: Array, token: Array, logp: Array, forced_B: Array, config: RolloutConfig):
@@ -160,31 +154,12 @@ def _decode_turn(model, automaton, config, turn, key, dstate, logits, running, b
 
 
 def _vision_inputs(model, images_BxHxWx3):
-  """(pixel values of the batch's views in order, grids, per-sequence grids [B, 1, 3])."""
-  vision = model.config.vision
-  pixels, grid = jax.vmap(lambda im: preprocess_image(
-      im, vision.patch_size, vision.spatial_merge_size, vision.temporal_patch_size))(
-          images_BxHxWx3)
-  del grid
-  batch = images_BxHxWx3.shape[0]
-  _, gh_gw, _ = pixels.shape
-  grid = image_grid(model, images_BxHxWx3.shape[1:3])
-  grids = (grid,) * batch
-  sequence_grids = jnp.broadcast_to(jnp.asarray(grid, jnp.int32), (batch, 1, 3))
-  assert gh_gw == grid[1] * grid[2]
-  return pixels.reshape(batch * gh_gw, -1), grids, sequence_grids
-
-
-def image_grid(model, image_size) -> tuple[int, int, int]:
-  """The (t, h, w) patch grid of a rendered view (static)."""
-  from jaxspatial.models.qwen2_5_vl.preprocess import smart_resize
-  vision = model.config.vision
-  height, width = smart_resize(*image_size, vision.patch_size * vision.spatial_merge_size)
-  return (1, height // vision.patch_size, width // vision.patch_size)
+  """Vision inputs of one view per sequence."""
+  return batch_vision_inputs(model.config.vision, images_BxHxWx3[:, None])
 
 
 def image_tokens(model, image_size) -> int:
-  t, h, w = image_grid(model, image_size)
+  t, h, w = image_grid(model.config.vision, image_size)
   return t * h * w // model.config.vision.spatial_merge_size ** 2
 
 
@@ -362,14 +337,6 @@ def compile_rollout(agent, template: ObservationTemplate, config: RolloutConfig,
     return rollout(model, agent, automaton, template, tasks, prompt_ids, prompt_mask, key,
                    config, judge, forced)
   return run
-
-
-def parsed_turn_numpy(values, present, valid) -> ParsedTurn:
-  """A ParsedTurn from host arrays (for host loops that feed agents their parse)."""
-  return ParsedTurn(valid=jnp.asarray(valid), values=jnp.asarray(values, jnp.float32),
-                    present=jnp.asarray(present))
-
-
 
 
 def forced_tokens(tokenizer, scripts, config: RolloutConfig) -> np.ndarray:

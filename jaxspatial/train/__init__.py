@@ -2,7 +2,7 @@
 
 from jaxspatial.train.checkpoint import Checkpointer, PreemptionGuard, key_from_json, key_to_json
 from jaxspatial.train.distributed import initialize_from_env
-from jaxspatial.train.logprobs import token_logprobs, vision_inputs
+from jaxspatial.train.logprobs import token_logprobs
 from jaxspatial.train.metrics import MetricWriter, read_jsonl
 from jaxspatial.train.optim import OptimizerConfig, make_optimizer
 from jaxspatial.train.steps import StepConfig, TrainBatch, batch_logprobs, shard_batch, train_step
@@ -10,4 +10,4 @@ from jaxspatial.train.steps import StepConfig, TrainBatch, batch_logprobs, shard
 __all__ = ["Checkpointer", "MetricWriter", "OptimizerConfig", "PreemptionGuard", "StepConfig",
            "TrainBatch", "batch_logprobs", "initialize_from_env", "key_from_json",
            "key_to_json", "make_optimizer", "read_jsonl", "shard_batch", "token_logprobs",
-           "train_step", "vision_inputs"]
+           "train_step"]

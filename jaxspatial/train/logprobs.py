@@ -6,25 +6,9 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from jaxspatial.models.qwen2_5_vl.preprocess import preprocess_image
+from jaxspatial.models.qwen2_5_vl.preprocess import batch_vision_inputs
 
 Array = jax.Array
-
-
-def vision_inputs(model, images_BxKxHxWx3: Array):
-  """Pixel values of every view in token order, the static grids, per-sequence grids."""
-  vision = model.config.vision
-  batch, views = images_BxKxHxWx3.shape[:2]
-  flat = images_BxKxHxWx3.reshape((batch * views,) + images_BxKxHxWx3.shape[2:])
-  pixels, grid = jax.vmap(lambda im: preprocess_image(
-      im, vision.patch_size, vision.spatial_merge_size, vision.temporal_patch_size))(flat)
-  del grid
-  from jaxspatial.models.qwen2_5_vl.preprocess import smart_resize  # pylint: disable=import-outside-toplevel
-  height, width = smart_resize(*images_BxKxHxWx3.shape[2:4],
-                               vision.patch_size * vision.spatial_merge_size)
-  grid = (1, height // vision.patch_size, width // vision.patch_size)
-  sequence_grids = jnp.broadcast_to(jnp.asarray(grid, jnp.int32), (batch, views, 3))
-  return pixels.reshape(-1, pixels.shape[-1]), (grid,) * (batch * views), sequence_grids
 
 
 def token_logprobs(model, tokens_BxS: Array, attention_mask_BxS: Array,
@@ -33,7 +17,8 @@ def token_logprobs(model, tokens_BxS: Array, attention_mask_BxS: Array,
   """[B, S] log p(token_j | tokens_<j) (0 at j = 0) at `temperature` (as the rollout
   sampled), and the entropy of each position's distribution when asked."""
   if images_BxKxHxWx3 is not None:
-    pixels, grids, sequence_grids = vision_inputs(model, images_BxKxHxWx3)
+    pixels, grids, sequence_grids = batch_vision_inputs(model.config.vision,
+                                                        images_BxKxHxWx3)
     logits = model(tokens_BxS, attention_mask_BxS, pixels, grids, sequence_grids)
   else:
     logits = model(tokens_BxS, attention_mask_BxS)

@@ -31,8 +31,8 @@ def test_sft_loss_is_the_mean_negative_log_likelihood_of_generated_tokens():
   data = batch(0)
   pixels_logits = token_logprobs(model, data.tokens, data.attention_mask, data.images)
   # Independent: log-softmax of the full logits, picked by hand with numpy.
-  from jaxspatial.train.logprobs import vision_inputs
-  pixels, grids, sequence_grids = vision_inputs(model, data.images)
+  from jaxspatial.models.qwen2_5_vl.preprocess import batch_vision_inputs
+  pixels, grids, sequence_grids = batch_vision_inputs(model.config.vision, data.images)
   logits = np.asarray(model(data.tokens, data.attention_mask, pixels, grids, sequence_grids),
                       np.float64)
   logits -= logits.max(-1, keepdims=True)

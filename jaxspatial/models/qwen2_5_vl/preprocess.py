@@ -65,3 +65,21 @@ def preprocess_image(image_HxWx3: Array, patch_size: int = 14, merge_size: int =
   patches = jnp.broadcast_to(patches[:, :, :, :, :, None],
                              patches.shape[:5] + (temporal_patch_size,) + patches.shape[5:])
   return patches.reshape(gh * gw, 3 * temporal_patch_size * patch_size ** 2), (1, gh, gw)
+
+
+def image_grid(vision, image_size) -> tuple[int, int, int]:
+  """The static (t, h, w) patch grid of an image of `image_size` (H, W) for a VisionConfig."""
+  height, width = smart_resize(*image_size, vision.patch_size * vision.spatial_merge_size)
+  return (1, height // vision.patch_size, width // vision.patch_size)
+
+
+def batch_vision_inputs(vision, images_BxKxHxWx3: Array):
+  """(pixel values of every view in token order, the static grids, per-sequence grids
+  [B, K, 3]) for B sequences of K same-sized uint8 views each."""
+  batch, views = images_BxKxHxWx3.shape[:2]
+  flat = images_BxKxHxWx3.reshape((batch * views,) + images_BxKxHxWx3.shape[2:])
+  pixels, _ = jax.vmap(lambda im: preprocess_image(
+      im, vision.patch_size, vision.spatial_merge_size, vision.temporal_patch_size))(flat)
+  grid = image_grid(vision, images_BxKxHxWx3.shape[2:4])
+  sequence_grids = jnp.broadcast_to(jnp.asarray(grid, jnp.int32), (batch, views, 3))
+  return pixels.reshape(-1, pixels.shape[-1]), (grid,) * (batch * views), sequence_grids

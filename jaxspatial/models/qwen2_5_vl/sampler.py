@@ -57,6 +57,20 @@ def filter_logits(logits_BxV: Array, top_k: int, top_p: float) -> Array:
   return logits_BxV
 
 
+def sample_token(logits_BxV: Array, key: Array, temperature: float, top_k: int = 0,
+                 top_p: float = 1.0):
+  """(token [B] int32, its log-probability under the distribution sampled from): greedy at
+  temperature 0, else temperature with top-k / top-p."""
+  if temperature <= 0:
+    token = jnp.argmax(logits_BxV, axis=-1)
+    logp = jax.nn.log_softmax(logits_BxV, axis=-1)
+  else:
+    scaled = filter_logits(logits_BxV / temperature, top_k, top_p)
+    token = jax.random.categorical(key, scaled, axis=-1)
+    logp = jax.nn.log_softmax(scaled, axis=-1)
+  return token.astype(jnp.int32), jnp.take_along_axis(logp, token[:, None], -1)[:, 0]
+
+
 @struct.dataclass
 class DecodeState:
   """A KV cache and where the next segment goes."""
@@ -133,15 +147,8 @@ def decode(model, state: DecodeState, logits_BxV: Array, key: Array,
   batch = logits_BxV.shape[0]
   stops = jnp.asarray(config.stop_tokens or (-1,), jnp.int32)
 
-  def choose(logits, key):
-    if config.temperature <= 0:
-      token = jnp.argmax(logits, axis=-1)
-      logp = jax.nn.log_softmax(logits, axis=-1)
-    else:
-      scaled = filter_logits(logits / config.temperature, config.top_k, config.top_p)
-      token = jax.random.categorical(key, scaled, axis=-1)
-      logp = jax.nn.log_softmax(scaled, axis=-1)
-    return token.astype(jnp.int32), jnp.take_along_axis(logp, token[:, None], -1)[:, 0]
+  choose = lambda logits, key: sample_token(logits, key, config.temperature, config.top_k,
+                                            config.top_p)
 
   hidden_size = state.last_hidden.shape[-1]
   latent = config.latent_tokens
