@@ -36,7 +36,7 @@ from jaxspatial.rl.objectives import PolicyLossConfig
 from jaxspatial.rollout import agents, automaton as am, episode, observation, prompts, tiny
 from jaxspatial.rollout.viewer import trajectory_html
 from jaxspatial.train import (Checkpointer, MetricWriter, OptimizerConfig, PreemptionGuard,
-                              StepConfig, TrainBatch, batch_logprobs, initialize_from_env,
+                              ReferencePolicy, StepConfig, TrainBatch, batch_logprobs, initialize_from_env,
                               make_optimizer, shard_batch, train_step)
 from jaxspatial.train.plots import line_chart
 
@@ -217,10 +217,6 @@ def _table(results: dict, names: dict | None = None) -> str:
 
 
 def run(c) -> dict:
-  if c.grpo.beta > 0:
-    raise NotImplementedError("launch.train: grpo.beta > 0 needs the reference policy's "
-                              "log-probabilities, which this loop does not compute yet; "
-                              "use beta = 0 (as PERIA's recipe does)")
   initialize_from_env()
   workdir = pathlib.Path(c.workdir)
   workdir.mkdir(parents=True, exist_ok=True)
@@ -246,6 +242,21 @@ def run(c) -> dict:
       with jax.set_mesh(job.mesh):
         optimizer = make_optimizer(job.model, grpo_opt)
       checkpointer.restore(job.model, optimizer, step)
+  reference = None  # the KL term's reference: the SFT policy, frozen (only when beta > 0)
+
+  def start_reference():
+    nonlocal reference
+    if c.grpo.beta <= 0:
+      return
+    reference = ReferencePolicy.create("frozen", job.model)
+    saved = checkpointer.restore_reference(reference.params)
+    if saved is None:
+      checkpointer.save_reference(reference.params)
+    else:
+      reference.params = saved
+
+  if step >= c.sft.steps:
+    start_reference()
   model_key = jax.random.PRNGKey(c.seed)
   sft_config = StepConfig(objective="sft", micro_batches=c.sft.micro_batches)
   grpo_config = StepConfig(
@@ -278,6 +289,9 @@ def run(c) -> dict:
           batch = batch.replace(advantages=jnp.full_like(batch.advantages, jnp.nan))
         with jax.set_mesh(job.mesh):
           old = batch_logprobs(job.model, batch, c.rollout.temperature)
+          if reference is not None:
+            batch = batch.replace(ref_logprobs=reference.logprobs(job.model, batch,
+                                                                  c.rollout.temperature))
         batch = shard_batch(batch.replace(old_logprobs=old), job.mesh)
         for _ in range(c.grpo.updates_per_batch):
           with jax.set_mesh(job.mesh):
@@ -313,6 +327,7 @@ def run(c) -> dict:
         dataset = None
         with jax.set_mesh(job.mesh):
           optimizer = make_optimizer(job.model, grpo_opt)
+        start_reference()
         save(step, "grpo", force=True)
       elif step % c.checkpoint.every == 0 or guard.requested:
         phase = "sft" if step < c.sft.steps else "grpo"

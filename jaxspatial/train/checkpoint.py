@@ -79,6 +79,22 @@ class Checkpointer:
     nnx.update(optimizer, optimizer_state)
     return step, restored["extra"]
 
+  def save_reference(self, params: dict) -> None:
+    """Saves a frozen reference policy's parameters (a pure dict) once, atomically, in
+    `reference/` beside the step checkpoints (which rotate; this one must not)."""
+    path = self.directory / "reference"
+    if not path.exists():
+      with ocp.StandardCheckpointer() as saver:
+        saver.save(path, params)
+
+  def restore_reference(self, like: dict) -> dict | None:
+    """The saved reference parameters onto `like`'s shapes and shardings (None if none)."""
+    path = self.directory / "reference"
+    if not path.exists():
+      return None
+    with ocp.StandardCheckpointer() as loader:
+      return loader.restore(path, jax.tree.map(ocp.utils.to_shape_dtype_struct, like))
+
   def wait(self) -> None:
     self.latest.wait_until_finished()
     if self.best is not None:

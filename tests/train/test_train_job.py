@@ -1,4 +1,4 @@
-"""The training job: a run killed with SIGKILL and resumed from its last checkpoint logs
+"""The training job: a run (GRPO with a KL term) killed with SIGKILL and resumed from its last checkpoint logs
 the same losses as an uninterrupted run; a NaN loss stops the run with its step and is
 never saved."""
 
@@ -24,7 +24,8 @@ def tiny_config(workdir):
   c.scene.update(points=2000)
   c.data.update(train_tasks=12, test_tasks=6, sft_trajectories=16)
   c.sft.update(steps=3, batch=8, warmup=1)
-  c.grpo.update(steps=3, prompts=2, group=2, warmup=1)
+  # beta > 0: the resumed run must also restore the frozen reference policy exactly.
+  c.grpo.update(steps=3, prompts=2, group=2, warmup=1, beta=0.04)
   c.checkpoint.update(every=1, keep=10)
   c.evaluate = False
   c.snapshot_every = 0
@@ -43,12 +44,16 @@ def test_a_killed_run_resumes_exactly(tmp_path):
   train.run(tiny_config(tmp_path / "straight"))
   straight = _losses(tmp_path / "straight")
   assert sorted(straight) == list(range(1, 7))
+  kl = [row["grpo/kl"] for row in read_jsonl(tmp_path / "straight" / "metrics.jsonl")
+        if "grpo/kl" in row]
+  assert len(kl) == 3 and kl[0] == pytest.approx(0.0, abs=1e-6) and kl[-1] > 0
   killed = tmp_path / "killed"
   overrides = [f"--config.{k}" for k in (
       f"workdir={killed}", "model.hidden=64", "model.intermediate=128", "model.layers=1",
       "model.vision_hidden=32", "model.vocab=500", "scene.points=2000", "data.train_tasks=12",
       "data.test_tasks=6", "data.sft_trajectories=16", "sft.steps=3", "sft.batch=8",
       "sft.warmup=1", "grpo.steps=3", "grpo.prompts=2", "grpo.group=2", "grpo.warmup=1",
+      "grpo.beta=0.04",
       "checkpoint.every=1", "checkpoint.keep=10", "evaluate=False", "snapshot_every=0",
       "kill_after_step=4")]
   result = subprocess.run([sys.executable, "-m", "launch.train", "--config",
