@@ -1,22 +1,53 @@
-r"""3DThinker stage 2 objective: GRPO with format + answer + latent-similarity rewards.
+r"""3DThinker stage 2: GRPO with format + answer + latent-similarity rewards.
 
-    (trainer: issue 8)  python -m launch.train --config configs/thinker3d_stage2.py
+    python -m launch.train --config configs/thinker3d_stage2.py:cpu [--config.key=value]
 
-Published setting (public code): Qwen2.5-VL-3B with LoRA r 64 / alpha 128 / dropout 0.05,
-beta 0.04 with k3 (no clamp), 8 generations, lr 1e-5, eps 0.2, num_iterations 1 (so the
-ratio is 1 and the clip is inactive), std eps 1e-4, per-sequence token mean then batch
-mean, reference = the policy with LoRA disabled, temperature 0.9. Cost: 8 GPUs, ZeRO-3.
+Cost (`cpu`): about 4 minutes on a 2-core CPU after stage 1 (configs/thinker3d_stage1.py:cpu,
+whose checkpoint `init_from` names): LoRA r 8 on the tiny policy's attention and MLP,
+4 prompts x 8 generations per step, 40 steps; rewards inside the compiled rollout.
+
+`reference` (the default) holds the published setting (public code): Qwen2.5-VL-3B with
+LoRA r 64 / alpha 128 / dropout 0.05, beta 0.04 with k3 (no clamp), 8 generations, lr
+1e-5, eps 0.2, num_iterations 1 (so the ratio is 1 and the clip is inactive), std eps
+1e-4, per-sequence token mean then batch mean, reference = the policy with LoRA disabled,
+temperature 0.9, projector frozen from stage 1; 8 GPUs, ZeRO-3. The launch refuses it
+here (no Qwen2.5-VL-3B weights or 3DThinker data).
 """
 
 import ml_collections
 
+from configs.thinker3d_stage1 import cpu_settings
 
-def get_config() -> ml_collections.ConfigDict:
+
+def get_config(variant: str = "reference") -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
+  c.recipe = "thinker3d"
+  c.stage = 2
+  c.variant = variant
+  c.seed = 0
   c.objective = dict(epsilon_low=0.2, epsilon_high=0.2, dual_clip=None, beta=0.04,
                      kl_estimator="k3", aggregation="sequence-mean-token-mean")
   c.advantage = dict(estimator="grpo", ddof=1, eps=1e-4, group_size=8)
   c.reward = dict(name="thinker3d", token_axis_quirk=False)
-  c.rollout = dict(temperature=0.9, num_latents=12, max_completion_tokens=2048)
-  c.optimizer = dict(learning_rate=1e-5, lora_rank=64, lora_alpha=128, lora_dropout=0.05)
+  c.latents = dict(num_latents=12)
+  c.optimizer = dict(learning_rate=1e-5, warmup_steps=0, lora_rank=64, lora_alpha=128,
+                     lora_dropout=0.05,
+                     lora_targets=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                   "up_proj", "down_proj"))
+  if variant == "reference":
+    c.workdir = "outputs/thinker3d_stage2"
+    c.rollout = dict(temperature=0.9, max_new_tokens=2048)
+    return c
+  if variant != "cpu":
+    raise ValueError(f"thinker3d_stage2: variant must be 'reference' or 'cpu', got {variant!r}")
+  cpu_settings(c)
+  c.workdir = "outputs/thinker3d_stage2_cpu"
+  c.init_from = "outputs/thinker3d_stage1_cpu"
+  c.loss = dict(ce_weight=0.1, alignment_weight=0.0005, mode="mse")  # held-out evaluation
+  c.projector = dict(mlp_depth=3, latent_tokens=64)
+  c.freeze_vision = True
+  c.optimizer.update(learning_rate=2e-3, warmup_steps=2, lora_rank=8, lora_alpha=16,
+                     lora_dropout=0.0)  # dropout 0: rollout and update see one policy
+  c.steps = 40
+  c.prompts = 4
   return c

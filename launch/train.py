@@ -59,7 +59,9 @@ class Job:
   test: tuple
 
 
-def _model_config(c, tok) -> Qwen25VLConfig:
+def model_config(c, tok) -> Qwen25VLConfig:
+  """A small Qwen2.5-VL-shaped policy from `c.model` (width, layers, vision tower) with the
+  tokenizer's vocabulary and special ids."""
   m = c.model
   vocab = (len(tok) + 63) // 64 * 64
   text = TextConfig(vocab_size=vocab, hidden_size=m.hidden, intermediate_size=m.intermediate,
@@ -95,7 +97,7 @@ def build(c) -> Job:
             + tiny.example_turns(100))
   tok = train_tokenizer(corpus, vocab_size=c.model.vocab, extra_special_tokens=tiny.LATENT_TOKENS)
   with jax.set_mesh(mesh):
-    model = Qwen25VL(_model_config(c, tok), rngs=nnx.Rngs(c.seed))
+    model = Qwen25VL(model_config(c, tok), rngs=nnx.Rngs(c.seed))
   params = act3d.Act3DParams(width=c.scene.width, height=c.scene.height,
                              hfov_deg=c.scene.hfov_deg, turn_step_deg=c.scene.turn_step_deg,
                              grounding_min_pixels=5, max_interactions=c.rollout.max_turns - 1)
@@ -217,6 +219,9 @@ def _table(results: dict, names: dict | None = None) -> str:
 
 
 def run(c) -> dict:
+  if c.get("recipe") == "thinker3d":  # 3DThinker's two stages have their own loop
+    from launch import thinker3d  # pylint: disable=import-outside-toplevel
+    return thinker3d.run(c)
   initialize_from_env()
   workdir = pathlib.Path(c.workdir)
   workdir.mkdir(parents=True, exist_ok=True)

@@ -1,5 +1,13 @@
 """3DThinker's latent block: special tokens, the `<output_3D>` expansion, embedding rows for
-new tokens, and the target-feature extractors.
+new tokens, the policy (Qwen2.5-VL + 3D projector) and where its latents are read, and the
+target-feature extractors.
+
+Latents, training mode (teacher forcing, as the reference's stage 1): the latent slots hold
+the `<|latent_pad|>` embedding; the latents are the last-layer hidden states at the
+positions just before each pad (the start token and pads 1..T-1). Inference mode is the
+sampler's latent mode (`SamplingConfig.latent_tokens`): after the start token each step
+feeds the previous hidden state back as the next input, so latent k is the hidden state
+fed into slot k: the same positions, but from fed-back inputs instead of pad embeddings.
 
 Targets are VGGT features (the last aggregator block's tokens). `VGGTExtractor` runs VGGT
 as a host callback where the `vggt` package and weights are installed. Here neither can be
@@ -17,6 +25,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+
+from jaxspatial.models.projector3d import Projector3D, Projector3DConfig
+from jaxspatial.models.qwen2_5_vl.preprocess import batch_vision_inputs
 
 LATENT_PAD, LATENT_START, LATENT_END = "<|latent_pad|>", "<|latent_start|>", "<|latent_end|>"
 OUTPUT_3D = "<output_3D>"
@@ -62,14 +73,69 @@ def grow_embeddings(text_model, vocab_size: int, *, rngs: nnx.Rngs) -> None:
     text_model.lm_head.out_features = vocab_size
 
 
+def latent_positions(tokens_BxS: jax.Array, start_id: int, num_latents: int = 12):
+  """(positions [B, T], found [B]): the start token's position and the next T - 1, whose
+  hidden states are the training-mode latents."""
+  is_start = tokens_BxS == start_id
+  first = jnp.argmax(is_start, axis=-1)
+  positions = jnp.clip(first[:, None] + jnp.arange(num_latents)[None], 0,
+                       tokens_BxS.shape[1] - 1)
+  return positions, jnp.any(is_start, axis=-1)
+
+
+def image_token_rows(x_BxSxC: jax.Array, tokens_BxS: jax.Array, image_token_id: int,
+                     num_images: int, tokens_per_image: int) -> jax.Array:
+  """The rows of x at each sequence's image tokens, in order, as [B, K, P, C] (every
+  sequence holds K images of P tokens)."""
+  count = num_images * tokens_per_image
+  is_image = tokens_BxS == image_token_id
+  order = jnp.argsort(~is_image, axis=-1, stable=True)[:, :count]  # image positions first
+  rows = jnp.take_along_axis(x_BxSxC, order[..., None], axis=1)
+  return rows.reshape(x_BxSxC.shape[0], num_images, tokens_per_image, x_BxSxC.shape[-1])
+
+
+class Thinker3DPolicy(nnx.Module):
+  """The policy (Qwen2.5-VL) with 3DThinker's 3D projector beside it."""
+
+  def __init__(self, model, projector_config: Projector3DConfig, *, rngs: nnx.Rngs):
+    text = model.config.text
+    if projector_config.mm_hidden_size != text.hidden_size:
+      raise ValueError(f"Thinker3DPolicy: projector mm_hidden_size "
+                       f"{projector_config.mm_hidden_size} must equal the model's hidden size "
+                       f"{text.hidden_size}")
+    self.model = model
+    self.projector = Projector3D(projector_config, rngs=rngs)
+
+  def teacher_forced(self, tokens_BxS, attention_mask_BxS, images_BxKxHxWx3):
+    """One forward pass: (logits [B, S, V], final hidden states [B, S, C], input
+    embeddings [B, S, C] with the vision tokens placed)."""
+    model = self.model
+    pixels, grids, sequence_grids = batch_vision_inputs(model.config.vision, images_BxKxHxWx3)
+    embeds = model.embed(tokens_BxS, pixels, grids)
+    positions = model.position_ids(tokens_BxS, attention_mask_BxS, sequence_grids)
+    hidden = model.language_model.hidden_states(embeds, positions, attention_mask_BxS)
+    return model.language_model.logits(hidden), hidden, embeds
+
+  def image_embeddings(self, embeds_BxSxC, tokens_BxS, num_images: int):
+    return image_token_rows(embeds_BxSxC, tokens_BxS, self.model.config.image_token_id,
+                            num_images, self.projector.config.fusion_input)
+
+  def project(self, latents_BxTxC, image_embeds_BxKxPxC):
+    """[B, K, F, H]: the projector per sample (float32, as the reference's reward)."""
+    return jax.vmap(self.projector)(latents_BxTxC.astype(jnp.float32),
+                                    image_embeds_BxKxPxC.astype(jnp.float32))
+
+
 @dataclasses.dataclass(frozen=True)
 class GeometryStandInExtractor:
   """Deterministic stand-in for VGGT features, from depth and world coordinates.
 
-  Each view is pooled to a grid x grid map of [depth, world x, y, z, valid] (VGGT's 37 x 37
-  patches for 518-pixel inputs), `special` zero-free tokens are prepended (VGGT's camera and
-  register tokens: here the view's camera centre and forward axis), and a fixed random
-  projection (seeded) maps the 5 geometric channels to `channels`.
+  Each view is pooled to a grid x grid map of [depth, world x, y, z, coverage, 1] (VGGT's
+  37 x 37 patches for 518-pixel inputs; coverage is 2 * the valid fraction - 1, so empty
+  patches are not zero vectors), `special` tokens are prepended (VGGT's camera and
+  register tokens: the view's camera centre, its forward axis, then fixed constants), and
+  a fixed random projection (seeded) maps the 6 channels to `channels`. No token is a zero
+  vector, so every token has a defined cosine.
   """
 
   grid: int = 37
@@ -94,16 +160,19 @@ class GeometryStandInExtractor:
       camera = np.stack([(u - cx) / fx * depth[i], (v - cy) / fy * depth[i], depth[i]], -1)
       world = camera @ pose[:3, :3].T + pose[:3, 3]
       valid = (depth[i] > 0).astype(np.float32)
-      maps = np.concatenate([depth[i][..., None], world * valid[..., None], valid[..., None]], -1)
+      maps = np.concatenate([depth[i][..., None], world * valid[..., None],
+                             2 * valid[..., None] - 1, np.ones_like(valid)[..., None]], -1)
       rows = np.array_split(np.arange(h), self.grid)
       cols = np.array_split(np.arange(w), self.grid)
-      pooled = np.stack([np.stack([maps[r][:, c].reshape(-1, 5).mean(0) for c in cols])
-                         for r in rows]).reshape(-1, 5)
-      special = np.zeros((self.special, 5), np.float32)
+      pooled = np.stack([np.stack([maps[r][:, c].reshape(-1, 6).mean(0) for c in cols])
+                         for r in rows]).reshape(-1, 6)
+      special = np.zeros((self.special, 6), np.float32)
+      special[:, 5] = 1.0
       special[0, :3], special[1, :3] = pose[:3, 3], pose[:3, 2]
+      special[2:, 4] = np.arange(1, self.special - 1)  # registers: fixed constants
       features.append(np.concatenate([special, pooled]))
-    projection = np.random.default_rng(self.seed).normal(size=(5, self.channels)).astype(
-        np.float32) / np.sqrt(5)
+    projection = np.random.default_rng(self.seed).normal(size=(6, self.channels)).astype(
+        np.float32) / np.sqrt(6)
     return np.stack(features) @ projection  # [N, tokens, channels]
 
 

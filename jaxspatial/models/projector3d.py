@@ -26,7 +26,10 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from jaxspatial.models.sharding import logical_init
+
 Array = jax.Array
+_KERNEL_INIT = nnx.initializers.lecun_normal()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,12 +59,16 @@ TINY = Projector3DConfig(mlp_depth=3, mm_hidden_size=32, hidden_size=24, latent_
 
 
 class MLP(nnx.Module):
-  """Linear, then (GELU, Linear) for each further width: torch's nn.Sequential layout."""
+  """Linear, then (GELU, Linear) for each further width: torch's nn.Sequential layout.
+  `logical[k]` names layer k's kernel axes (in, out) for the sharding rules."""
 
-  def __init__(self, widths: list[int], *, rngs: nnx.Rngs, dtype=jnp.float32,
-               param_dtype=jnp.float32):
-    self.layers = nnx.List([nnx.Linear(a, b, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-                            for a, b in zip(widths[:-1], widths[1:])])
+  def __init__(self, widths: list[int], logical: list[tuple[str, str]], *, rngs: nnx.Rngs,
+               dtype=jnp.float32, param_dtype=jnp.float32):
+    self.layers = nnx.List([
+        nnx.Linear(a, b, dtype=dtype, param_dtype=param_dtype, rngs=rngs,
+                   kernel_init=logical_init(_KERNEL_INIT, axes),
+                   bias_init=logical_init(nnx.initializers.zeros_init(), axes[1:]))
+        for a, b, axes in zip(widths[:-1], widths[1:], logical)])
 
   def __call__(self, x: Array) -> Array:
     for k, layer in enumerate(self.layers):
@@ -77,10 +84,15 @@ class Projector3D(nnx.Module):
     self.config = config
     kw = dict(rngs=rngs, dtype=dtype, param_dtype=param_dtype)
     depth = config.mlp_depth
-    self.latent_mlp = MLP([config.latent_size, config.latent_tokens, config.latent_tokens], **kw)
+    # Sharded like the model: the token-axis MLPs over 'tensor' on their outputs, the
+    # channel MLP over ('fsdp', 'tensor'), alternating so no layer reshards both axes.
+    self.latent_mlp = MLP([config.latent_size, config.latent_tokens, config.latent_tokens],
+                          [("latents", "latents")] * 2, **kw)
     self.fusion_mlp = MLP([config.fusion_input + config.latent_tokens]
-                          + [config.fusion_output] * depth, **kw)
-    self.channel_mlp = MLP([config.mm_hidden_size] + [config.hidden_size] * depth, **kw)
+                          + [config.fusion_output] * depth, [("tokens", "mlp")] * depth, **kw)
+    self.channel_mlp = MLP([config.mm_hidden_size] + [config.hidden_size] * depth,
+                           [("embed", "mlp") if k % 2 == 0 else ("mlp", "embed")
+                            for k in range(depth)], **kw)
 
   def __call__(self, latents_TxC: Array, images_NxPxC: Array) -> Array:
     """latents [T, C] and one sample's image embeddings [N, P, C] -> [N, F, H]."""

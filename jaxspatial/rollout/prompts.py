@@ -26,8 +26,8 @@ THINK3D_SYSTEM = (
     "<think>...</think><answer>the option letter</answer>.")
 
 
-def chat_prompt(system: str, user: str, image_tokens: int) -> str:
-  image = "<|vision_start|>" + "<|image_pad|>" * image_tokens + "<|vision_end|>"
+def chat_prompt(system: str, user: str, image_tokens: int, num_images: int = 1) -> str:
+  image = ("<|vision_start|>" + "<|image_pad|>" * image_tokens + "<|vision_end|>") * num_images
   return (f"<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n{image}{user}"
           "<|im_end|>\n<|im_start|>assistant\n")
 

@@ -78,3 +78,24 @@ def trajectory_html(trajectory, tokenizer, grammar, title: str = "rollouts") -> 
       parts.append(f"<div class='turn'><div>{view}</div><div><b>turn {t}</b> {status}"
                    f"<pre>{html.escape(text)}</pre></div></div>")
   return "\n".join(parts)
+
+
+def completions_html(images_BxKxHxWx3, prompts: list[str], completions: list[str], reward,
+                     components: dict, title: str = "completions") -> str:
+  """Single-turn samples (3DThinker): the views, the question, the completion, the reward."""
+  images = np.asarray(images_BxKxHxWx3)
+  reward = np.asarray(reward)
+  components = {k: np.asarray(v) for k, v in components.items()}
+  parts = [f"<!doctype html><meta charset='utf-8'><title>{html.escape(title)}</title>",
+           "<style>body{font-family:sans-serif;margin:1em} pre{white-space:pre-wrap;"
+           "max-width:60em} img{image-rendering:pixelated;width:168px;margin-right:4px}"
+           "</style>", f"<h1>{html.escape(title)}</h1>",
+           "<p>" + ", ".join(f"mean {k} {v.mean():.3f}" for k, v in
+                             {"reward": reward, **components}.items()) + "</p>"]
+  for b, (prompt, completion) in enumerate(zip(prompts, completions)):
+    score = ", ".join(f"{k} {v[b]:.2f}" for k, v in components.items())
+    views = "".join(f"<img src='{_png(view)}'>" for view in images[b])
+    parts.append(f"<h2>sample {b}: reward {reward[b]:.3f}</h2><p>{html.escape(score)}</p>"
+                 f"<div>{views}</div><p>{html.escape(prompt)}</p>"
+                 f"<pre>{html.escape(completion)}</pre>")
+  return "\n".join(parts)

@@ -4,7 +4,7 @@ from jaxspatial.train.checkpoint import Checkpointer, PreemptionGuard, key_from_
 from jaxspatial.train.distributed import initialize_from_env
 from jaxspatial.train.logprobs import token_logprobs
 from jaxspatial.train.metrics import MetricWriter, read_jsonl
-from jaxspatial.train.optim import OptimizerConfig, make_optimizer
+from jaxspatial.train.optim import OptimizerConfig, make_optimizer, trainable
 from jaxspatial.train.reference import ReferencePolicy
 from jaxspatial.train.steps import StepConfig, TrainBatch, batch_logprobs, shard_batch, train_step
 
@@ -12,4 +12,4 @@ __all__ = ["Checkpointer", "MetricWriter", "OptimizerConfig", "PreemptionGuard",
            "ReferencePolicy", "StepConfig",
            "TrainBatch", "batch_logprobs", "initialize_from_env", "key_from_json",
            "key_to_json", "make_optimizer", "read_jsonl", "shard_batch", "token_logprobs",
-           "train_step"]
+           "train_step", "trainable"]

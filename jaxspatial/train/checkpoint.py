@@ -79,6 +79,21 @@ class Checkpointer:
     nnx.update(optimizer, optimizer_state)
     return step, restored["extra"]
 
+  def restore_params(self, model, step: int | None = None, best: bool = False) -> int | None:
+    """Restores the parameters alone (another run's checkpoint, e.g. the previous stage's,
+    whose optimizer differs). Returns the step, or None when there is no checkpoint."""
+    manager = self.best if best else self.latest
+    step = manager.latest_step() if step is None else step
+    if step is None:
+      return None
+    model_state = nnx.state(model, nnx.Param)
+    abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, _pure(model_state))
+    restored = manager.restore(step, args=ocp.args.Composite(
+        model=ocp.args.StandardRestore(abstract)))
+    nnx.replace_by_pure_dict(model_state, restored["model"])
+    nnx.update(model, model_state)
+    return step
+
   def save_reference(self, params: dict) -> None:
     """Saves a frozen reference policy's parameters (a pure dict) once, atomically, in
     `reference/` beside the step checkpoints (which rotate; this one must not)."""

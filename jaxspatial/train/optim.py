@@ -27,9 +27,20 @@ def schedule(config: OptimizerConfig) -> optax.Schedule:
       config.learning_rate * config.final_fraction)
 
 
-def make_optimizer(model, config: OptimizerConfig) -> nnx.Optimizer:
-  """An nnx.Optimizer over the model's nnx.Param (LoRA adapters count as Params)."""
+def trainable(frozen: tuple[str, ...] = (), adapters_only: bool = False):
+  """The filter of trained parameters: every nnx.Param (LoRA adapters count as Params), or
+  the adapters alone; minus those under any path component in `frozen` (e.g. "visual",
+  the vision tower; "projector")."""
+  base = nnx.LoRAParam if adapters_only else nnx.Param
+  if not frozen:
+    return base
+  return nnx.All(base, nnx.Not(nnx.Any(*(nnx.PathContains(name) for name in frozen))))
+
+
+def make_optimizer(model, config: OptimizerConfig, wrt=nnx.Param) -> nnx.Optimizer:
+  """An nnx.Optimizer over the parameters `wrt` selects (see `trainable`); `train_step`
+  takes gradients with respect to the same filter."""
   chain = [optax.clip_by_global_norm(config.clip_norm)] if config.clip_norm else []
   chain.append(optax.adamw(schedule(config), b1=config.b1, b2=config.b2,
                            weight_decay=config.weight_decay))
-  return nnx.Optimizer(model, optax.chain(*chain), wrt=nnx.Param)
+  return nnx.Optimizer(model, optax.chain(*chain), wrt=wrt)

@@ -16,6 +16,7 @@ from flax import nnx, struct
 
 from jaxspatial.rl.objectives import PolicyLossConfig, policy_loss
 from jaxspatial.train.logprobs import token_logprobs
+from jaxspatial.train.thinker3d import Stage1Config, stage1_loss_parts
 
 Array = jax.Array
 
@@ -24,7 +25,7 @@ Array = jax.Array
 class TrainBatch:
   """tokens, attention_mask, loss_mask [B, S]; images [B, K, H, W, 3] uint8 (the K views in
   token order); advantages [B] (GRPO); old_logprobs, ref_logprobs [B, S] (GRPO; zeros when
-  unused)."""
+  unused); features [B, K, F, H] (3DThinker stage 1's target features, else None)."""
   tokens: Array
   attention_mask: Array
   loss_mask: Array
@@ -32,6 +33,7 @@ class TrainBatch:
   advantages: Array
   old_logprobs: Array
   ref_logprobs: Array
+  features: Array | None = None
 
   @classmethod
   def from_trajectory(cls, trajectory, max_turns: int, advantages=None, old_logprobs=None,
@@ -51,8 +53,9 @@ class TrainBatch:
 
 @dataclasses.dataclass(frozen=True)
 class StepConfig:
-  objective: str = "sft"                 # "sft" or "grpo"
+  objective: str = "sft"                 # "sft", "grpo" or "thinker3d_stage1"
   loss: PolicyLossConfig = PolicyLossConfig()
+  stage1: Stage1Config | None = None     # "thinker3d_stage1": the model is a Thinker3DPolicy
   temperature: float = 1.0               # the rollout's, for GRPO log-probabilities
   micro_batches: int = 1
 
@@ -72,7 +75,13 @@ def loss_parts(model, batch: TrainBatch, config: StepConfig):
         logp, batch.old_logprobs, advantages, batch.loss_mask, config.loss,
         ref_logp_BxL=batch.ref_logprobs if config.loss.beta > 0 else None, entropy_BxL=entropy)
     return total, (denominator, metrics)
-  raise ValueError(f"StepConfig.objective: expected 'sft' or 'grpo', got {config.objective!r}")
+  if config.objective == "thinker3d_stage1":
+    if config.stage1 is None or batch.features is None:
+      raise ValueError("StepConfig: 'thinker3d_stage1' needs StepConfig.stage1 and a batch "
+                       "with target features")
+    return stage1_loss_parts(model, batch, config.stage1)
+  raise ValueError("StepConfig.objective: expected 'sft', 'grpo' or 'thinker3d_stage1', got "
+                   f"{config.objective!r}")
 
 
 def _slice(batch: TrainBatch, index: int, size: int) -> TrainBatch:
@@ -88,7 +97,9 @@ def train_step(model, optimizer, batch: TrainBatch, config: StepConfig):
     raise ValueError(f"train_step: batch {batch.batch_size} does not split into "
                      f"{config.micro_batches} micro-batches")
   size = batch.batch_size // config.micro_batches
-  grad_fn = nnx.value_and_grad(lambda m, b: loss_parts(m, b, config), has_aux=True)
+  # Gradients of the parameters the optimizer trains (frozen towers, LoRA-only).
+  grad_fn = nnx.value_and_grad(lambda m, b: loss_parts(m, b, config), has_aux=True,
+                               argnums=nnx.DiffState(0, optimizer.wrt))
   total, denominator, grads, metrics = 0.0, 0.0, None, {}
   for index in range(config.micro_batches):
     (part, (part_denominator, part_metrics)), part_grads = grad_fn(model, _slice(batch, index,
@@ -104,12 +115,12 @@ def train_step(model, optimizer, batch: TrainBatch, config: StepConfig):
   grad_norm = jnp.sqrt(sum(jnp.sum(jnp.square(g)) for g in jax.tree.leaves(grads)))
   finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
   # Snapshot values (pure dicts of arrays), not Variables, which the update mutates.
-  params_before = nnx.to_pure_dict(nnx.state(model, nnx.Param))
+  params_before = nnx.to_pure_dict(nnx.state(model, optimizer.wrt))
   optimizer_before = nnx.to_pure_dict(nnx.state(optimizer))
   optimizer.update(model, jax.tree.map(lambda g: jnp.where(finite, g, 0.0), grads))
 
   def keep_if_not_finite(node, before):
-    state = nnx.state(node, nnx.Param) if node is model else nnx.state(node)
+    state = nnx.state(node, optimizer.wrt) if node is model else nnx.state(node)
     kept = jax.tree.map(lambda a, b: jnp.where(finite, a, b), nnx.to_pure_dict(state), before)
     nnx.replace_by_pure_dict(state, kept)
     nnx.update(node, state)

@@ -56,6 +56,7 @@ def test_stand_in_features_are_deterministic_and_geometric():
   np.testing.assert_array_equal(features, again)
   # Different views of the scene give different features; the same view the same.
   assert not np.allclose(features[0], features[1])
+  assert np.linalg.norm(features, axis=-1).min() > 1e-3  # no zero tokens: cosines defined
 
 
 def test_vggt_extractor_says_what_is_missing():

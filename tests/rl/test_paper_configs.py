@@ -29,4 +29,20 @@ def test_thinker3d_stage1_config_builds_the_projector():
   reference = Projector3DConfig(**config.projector)
   assert reference.parameter_count() == 35_255_898
   assert (config.loss.ce_weight, config.loss.alignment_weight) == (0.1, 0.0005)
-  Projector3DConfig(**config.cpu.projector)
+  assert (config.optimizer.learning_rate, config.optimizer.warmup_steps,
+          config.optimizer.weight_decay, config.epochs) == (1e-4, 10, 0.01, 10)
+  cpu = importlib.import_module("configs.thinker3d_stage1").get_config("cpu")
+  assert cpu.loss == config.loss and cpu.steps > 0
+  with pytest.raises(ValueError, match="variant must be 'reference' or 'cpu'"):
+    importlib.import_module("configs.thinker3d_stage1").get_config("gpu")
+
+
+def test_thinker3d_stage2_config_is_the_published_recipe():
+  config = importlib.import_module("configs.thinker3d_stage2").get_config()
+  o = config.optimizer
+  assert (o.lora_rank, o.lora_alpha, o.lora_dropout, o.learning_rate) == (64, 128, 0.05, 1e-5)
+  assert (config.objective.beta, config.advantage.group_size, config.advantage.eps) == (
+      0.04, 8, 1e-4)
+  assert config.rollout.temperature == 0.9
+  cpu = importlib.import_module("configs.thinker3d_stage2").get_config("cpu")
+  assert cpu.objective == config.objective and cpu.init_from

@@ -1,0 +1,173 @@
+"""3DThinker's stage-2 rollout: one compiled program from the prompt to the reward.
+
+  prefill the prompt (K views)
+  decode with the sampler's latent mode: after `<|latent_start|>` the final hidden state is
+    fed back as the next input for `num_latents` steps (emitting pads), then
+    `<|latent_end|>` is forced; then think and answer until `<|im_end|>`
+  rewards, on device (the reference's unweighted sum):
+    format          the completion walks the 3DThinker grammar automaton to acceptance
+                    (latent block, <think>, <answer>); the reference's regex does not
+                    check the pad count, the grammar does
+    correct         the answer's option letter equals the task's
+    latent_sim      (cos + 1) / 2 between the projector's output on the generated latents
+                    and this sample's image embeddings, and the target features (per token
+                    over channels; the reference's token-axis quirk behind a flag); 0 when
+                    no latent block was generated (the reference scores 0 on any failure)
+
+The latents scored are the generated ones (inference mode). The reference instead re-runs
+a teacher-forced pass over the sampled ids and reads the hidden states one position later
+(start + 1 .. start + T); scoring what the policy actually produced needs no second pass.
+A prompt that ends with `<|latent_start|>` enters latent mode at once (evaluation of the
+latents of a policy that would not open the block itself).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from jaxspatial.models.qwen2_5_vl.preprocess import batch_vision_inputs
+from jaxspatial.models.qwen2_5_vl.sampler import SamplingConfig, decode, prefill
+from jaxspatial.rl.rewards import device_text
+from jaxspatial.rl.rewards.papers import latent_similarity
+from jaxspatial.rollout.automaton import START, TokenAutomaton
+
+Array = jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class Thinker3DRolloutConfig:
+  latent_tokens: tuple[int, int, int]   # (<|latent_start|>, <|latent_pad|>, <|latent_end|>)
+  stop_tokens: tuple[int, ...]          # <|im_end|>
+  num_latents: int = 12
+  max_new_tokens: int = 64
+  temperature: float = 0.9              # the reference's stage-2 default
+  top_k: int = 0
+  top_p: float = 1.0
+  pad_token: int = 0
+  token_axis_quirk: bool = False
+  cache_dtype: str = "float32"
+
+  @property
+  def sampling(self) -> SamplingConfig:
+    return SamplingConfig(max_new_tokens=self.max_new_tokens, temperature=self.temperature,
+                          top_k=self.top_k, top_p=self.top_p, stop_tokens=self.stop_tokens,
+                          pad_token=self.pad_token, cache_dtype=self.cache_dtype,
+                          latent_tokens=self.latent_tokens, num_latents=self.num_latents)
+
+
+@struct.dataclass
+class Thinker3DRollout:
+  """tokens, attention_mask, loss_mask, logprobs [B, L + N]: the left-padded prompt, then the
+  completion (loss mask 1 on every generated token, latent pads included, as the reference);
+  images [B, K, H, W, 3]; latents [B, T, C] (generated, inference mode); lengths [B];
+  reward [B]; reward_components: format, correct, latent_sim, latent_block -> [B]."""
+  tokens: Array
+  attention_mask: Array
+  loss_mask: Array
+  logprobs: Array
+  images: Array
+  latents: Array
+  lengths: Array
+  reward: Array
+  reward_components: dict
+
+  def train_batch(self, advantages=None):
+    from jaxspatial.train.steps import TrainBatch  # pylint: disable=import-outside-toplevel
+    zeros = jnp.zeros(self.tokens.shape, jnp.float32)
+    return TrainBatch(tokens=self.tokens, attention_mask=self.attention_mask,
+                      loss_mask=self.loss_mask, images=self.images,
+                      advantages=(jnp.zeros(self.tokens.shape[0], jnp.float32)
+                                  if advantages is None else advantages),
+                      old_logprobs=zeros, ref_logprobs=zeros)
+
+
+def completion_format(automaton: TokenAutomaton, tokens_N: Array, length: Array,
+                      start_state: Array) -> Array:
+  """Whether the completion's tokens (before `length`) walk the grammar to acceptance."""
+
+  def step(state, inputs):
+    token, used = inputs
+    following = automaton.token_next[state, token].astype(jnp.int32)
+    keep = ~used | automaton.accepting[state]  # once accepted, trailing tokens are ignored
+    return jnp.where(keep, state, following), None
+
+  used = jnp.arange(tokens_N.shape[0]) < length
+  final, _ = jax.lax.scan(step, start_state, (tokens_N, used))
+  return automaton.accepting[final]
+
+
+def completion_bytes(automaton: TokenAutomaton, tokens_N: Array, length: Array) -> Array:
+  """The completion's bytes, compacted (-1 after)."""
+  used = jnp.arange(tokens_N.shape[0]) < length
+  data = jnp.where(used[:, None], automaton.token_bytes[tokens_N], -1).reshape(-1)
+  return device_text.span(data, 0, data.shape[0])
+
+
+def rollout(policy, automaton: TokenAutomaton, prompt_ids_BxL: Array, prompt_mask_BxL: Array,
+            images_BxKxHxWx3: Array, features_BxKxFxH: Array, answer_choice_B: Array,
+            key: Array, config: Thinker3DRolloutConfig) -> Thinker3DRollout:
+  """B samples of the 3DThinker policy (`Thinker3DPolicy`) on prompts with K views each."""
+  model = policy.model
+  batch, prompt_length = prompt_ids_BxL.shape
+  num_images = images_BxKxHxWx3.shape[1]
+  start_id = config.latent_tokens[0]
+  pixels, grids, sequence_grids = batch_vision_inputs(model.config.vision, images_BxKxHxWx3)
+  sampling = config.sampling
+  dstate, logits = prefill(model, prompt_ids_BxL, prompt_mask_BxL,
+                           prompt_length + config.max_new_tokens,
+                           jnp.dtype(config.cache_dtype), pixels, grids, sequence_grids)
+  generation = decode(model, dstate, logits, key, sampling)
+  tokens_N, lengths = generation.tokens, generation.lengths
+
+  # Rewards. A prompt ending in the start token begins the grammar after it.
+  primed = prompt_ids_BxL[:, -1] == start_id
+  start_state = jnp.where(primed, automaton.token_next[START, start_id].astype(jnp.int32),
+                          START)
+  stops = jnp.asarray(config.stop_tokens, jnp.int32)
+  ends_with_stop = jnp.any(
+      jnp.take_along_axis(tokens_N, jnp.maximum(lengths - 1, 0)[:, None], 1) == stops[None], -1)
+  content_length = lengths - ends_with_stop.astype(jnp.int32)
+  format_ok = jax.vmap(lambda t, n, s: completion_format(automaton, t, n, s))(
+      tokens_N, content_length, start_state)
+  text = jax.vmap(lambda t, n: completion_bytes(automaton, t, n))(tokens_N, content_length)
+  _, letter = jax.vmap(device_text.answer_letter)(text)
+  correct = (letter >= 0) & (letter == answer_choice_B)
+  latent_block = primed | jnp.any((tokens_N == start_id)
+                                  & (jnp.arange(tokens_N.shape[1]) < lengths[:, None]), -1)
+  image_embeds = policy.image_embeddings(model.embed(prompt_ids_BxL, pixels, grids),
+                                         prompt_ids_BxL, num_images)
+  predicted = policy.project(generation.latents, image_embeds)
+  similarity = jax.vmap(lambda p, t: latent_similarity(p, t, config.token_axis_quirk))(
+      predicted, features_BxKxFxH)
+  latent_sim = jnp.where(latent_block, similarity, 0.0)
+  reward = format_ok.astype(jnp.float32) + correct.astype(jnp.float32) + latent_sim
+
+  generated = jnp.arange(config.max_new_tokens)[None] < lengths[:, None]
+  return Thinker3DRollout(
+      tokens=jnp.concatenate([prompt_ids_BxL.astype(jnp.int32), tokens_N], 1),
+      attention_mask=jnp.concatenate([prompt_mask_BxL.astype(bool), generated], 1),
+      loss_mask=jnp.concatenate([jnp.zeros_like(prompt_mask_BxL, bool), generated], 1),
+      logprobs=jnp.concatenate([jnp.zeros((batch, prompt_length), jnp.float32),
+                                generation.logprobs], 1),
+      images=images_BxKxHxWx3, latents=generation.latents, lengths=lengths, reward=reward,
+      reward_components={"format": format_ok.astype(jnp.float32),
+                         "correct": correct.astype(jnp.float32), "latent_sim": latent_sim,
+                         "latent_block": latent_block.astype(jnp.float32)})
+
+
+@functools.lru_cache(maxsize=8)
+def compile_rollout(config: Thinker3DRolloutConfig):
+  """`rollout` under `nnx.jit`: f(policy, automaton, prompt_ids, prompt_mask, images,
+  features, answer_choice, key)."""
+  from flax import nnx  # pylint: disable=import-outside-toplevel
+
+  @nnx.jit
+  def run(policy, automaton, prompt_ids, prompt_mask, images, features, answer_choice, key):
+    return rollout(policy, automaton, prompt_ids, prompt_mask, images, features,
+                   answer_choice, key, config)
+  return run
