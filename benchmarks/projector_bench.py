@@ -1,11 +1,22 @@
-"""3DThinker's 3D projector: forward and backward time, and the compiled cost.
+"""3DThinker's 3D projector: forward and backward time, the compiled cost, and its share of
+a stage-2 GRPO step.
 
-    python -m benchmarks.projector_bench [--run-reference]
+    python -m benchmarks.projector_bench [--run-reference] [--skip-step]
 
-Cost: seconds for the tiny config. The reference config (35.3M parameters, 4 images of
-391 tokens -> [4, 1374, 2048]) is reported as FLOPs and bytes from XLA's cost analysis;
-`--run-reference` also times it (minutes on a 2-core CPU). Its share of a stage-2 GRPO
-step needs the trainer (issue 8) and is not measured here yet.
+Cost: about 2 minutes on a 2-core CPU. Tables:
+1. The projector alone, tiny and reference configs (35.3M parameters, 4 images of 391
+   tokens -> [4, 1374, 2048]): FLOPs and bytes from XLA's cost analysis, and times
+   (the reference one only with `--run-reference`, minutes here).
+2. Its share of a stage-2 GRPO step, measured, on the CPU variant
+   (configs/thinker3d_stage2.py:cpu, one step of 4 prompts x 8 samples): the step's parts
+   (rollout with the on-device rewards, old and reference log-probabilities, update) and
+   the projector's forward on the step's shapes.
+3. The reference configuration's share in FLOPs (too slow to run here): the projector's
+   forward per sample against Qwen2.5-VL-3B passes over one sample's sequence (4 views of
+   391 tokens + text), counted from the lowered programs with abstract parameters. A step
+   costs per sample about one forward for the rollout (decoding with a KV cache does one
+   forward's work), one each for the old and reference log-probabilities, and a
+   forward + backward for the update (LoRA: the backward still runs through every layer).
 """
 
 from __future__ import annotations
@@ -44,10 +55,121 @@ def cost(fn, args) -> tuple[float, float]:
                                                                         float("nan")))
 
 
+def stage2_step_share() -> None:
+  """Times one stage-2 step's parts on the CPU variant, and the projector's forward."""
+  import tempfile  # pylint: disable=import-outside-toplevel
+  import time  # pylint: disable=import-outside-toplevel
+
+  import numpy as np  # pylint: disable=import-outside-toplevel
+
+  from configs import thinker3d_stage2  # pylint: disable=import-outside-toplevel
+  from jaxspatial.models import apply_lora  # pylint: disable=import-outside-toplevel
+  from jaxspatial.rl.advantages import group_normalize  # pylint: disable=import-outside-toplevel
+  from jaxspatial.rl.objectives import PolicyLossConfig  # pylint: disable=import-outside-toplevel
+  from jaxspatial.train import (OptimizerConfig, ReferencePolicy, StepConfig,  # pylint: disable=import-outside-toplevel
+                                batch_logprobs, make_optimizer, train_step, trainable)
+  from launch import thinker3d  # pylint: disable=import-outside-toplevel
+
+  c = thinker3d_stage2.get_config("cpu")
+  c.data.update(train=32, test=8, cache=tempfile.mkdtemp())
+  job = thinker3d.build(c)
+  model = job.policy.model
+  apply_lora(model.language_model, tuple(c.optimizer.lora_targets), c.optimizer.lora_rank,
+             c.optimizer.lora_alpha, rngs=nnx.Rngs(0))
+  optimizer = make_optimizer(model, OptimizerConfig(learning_rate=1e-3),
+                             wrt=trainable(adapters_only=True))
+  reference = ReferencePolicy.create("lora_disabled", model)
+  config = StepConfig(objective="grpo", temperature=c.rollout.temperature,
+                      loss=PolicyLossConfig(**c.objective))
+  group = c.advantage.group_size
+  index = np.repeat(np.arange(c.prompts), group)
+
+  def parts(key):
+    times = {}
+    start = time.perf_counter()
+    out = jax.block_until_ready(thinker3d.sample(job, job.train, index, key,
+                                                 c.rollout.temperature))
+    times["rollout (with rewards)"] = time.perf_counter() - start
+    advantages = group_normalize(out.reward.reshape(c.prompts, group), eps=c.advantage.eps)
+    batch = out.train_batch(advantages.reshape(-1))
+    start = time.perf_counter()
+    batch = batch.replace(old_logprobs=jax.block_until_ready(
+        batch_logprobs(model, batch, c.rollout.temperature)))
+    times["old log-probs"] = time.perf_counter() - start
+    start = time.perf_counter()
+    batch = batch.replace(ref_logprobs=jax.block_until_ready(
+        reference.logprobs(model, batch, c.rollout.temperature)))
+    times["reference log-probs"] = time.perf_counter() - start
+    start = time.perf_counter()
+    jax.block_until_ready(train_step(model, optimizer, batch, config))
+    times["update"] = time.perf_counter() - start
+    return times, out
+
+  parts(jax.random.PRNGKey(0))  # compile
+  runs = [parts(jax.random.PRNGKey(k))[0] for k in (1, 2, 3)]
+  times = {name: float(np.median([r[name] for r in runs])) for name in runs[0]}
+  _, out = parts(jax.random.PRNGKey(4))
+  rows = job.policy.image_embeddings(
+      jnp.zeros((len(index), job.train.prompt_ids.shape[1], model.config.text.hidden_size)),
+      jnp.asarray(job.train.prompt_ids[index]), 3)
+  project = nnx.jit(lambda policy, latents, images: policy.project(latents, images))
+  projector_s = timed(lambda: project(job.policy, out.latents, rows), 5)
+  total = sum(times.values())
+  print(f"\nstage-2 GRPO step, CPU variant ({c.prompts} prompts x {group} samples, "
+        f"{len(index)} sequences of {out.tokens.shape[1]} slots; projector "
+        f"{job.policy.projector.config.parameter_count():,} params)")
+  print(f"{'part':<28}{'ms':>10}{'share':>9}")
+  print("-" * 47)
+  for name, value in times.items():
+    print(f"{name:<28}{1e3 * value:>10.1f}{100 * value / total:>8.1f}%")
+  print(f"{'step':<28}{1e3 * total:>10.1f}")
+  print(f"{'projector forward (inside)':<28}{1e3 * projector_s:>10.2f}"
+        f"{100 * projector_s / total:>8.2f}%")
+
+
+def reference_step_share(num_images: int = 4, text_tokens: int = 700) -> None:
+  """The reference projector's FLOPs per sample against Qwen2.5-VL-3B's passes."""
+  from jaxspatial.models.qwen2_5_vl import Qwen25VL, Qwen25VLConfig  # pylint: disable=import-outside-toplevel
+  from jaxspatial.models.qwen2_5_vl.preprocess import image_grid  # pylint: disable=import-outside-toplevel
+
+  config = Qwen25VLConfig(image_token_id=151655)
+  abstract = nnx.eval_shape(lambda: Qwen25VL(config, rngs=nnx.Rngs(0)))
+  graph, state = nnx.split(abstract)
+  grid = image_grid(config.vision, (480, 640))  # 640x480 frames -> 23 x 17 merged tokens
+  per_image = grid[0] * grid[1] * grid[2] // config.vision.spatial_merge_size ** 2
+  length = num_images * per_image + text_tokens
+  ids = jax.ShapeDtypeStruct((1, length), jnp.int32)
+  mask = jax.ShapeDtypeStruct((1, length), jnp.bool_)
+  pixels = jax.ShapeDtypeStruct((num_images * grid[0] * grid[1] * grid[2],
+                                 config.vision.patch_dim), jnp.float32)
+  grids = (tuple(grid),) * num_images
+  sequence_grids = jax.ShapeDtypeStruct((1, num_images, 3), jnp.int32)
+
+  def forward(state, ids, mask, pixels, sequence_grids):
+    return nnx.merge(graph, state)(ids, mask, pixels, grids, sequence_grids)
+
+  lowered = jax.jit(forward).lower(state, ids, mask, pixels, sequence_grids)
+  analysis = lowered.cost_analysis()
+  analysis = analysis[0] if isinstance(analysis, (list, tuple)) else analysis
+  model_flops = float(analysis["flops"])
+  forward_p, _, inputs = programs(Projector3DConfig(), num_images)
+  projector_flops, _ = cost(forward_p, inputs)
+  step = 6 * model_flops + projector_flops  # rollout, old, ref: 1 each; update: 3
+  print(f"\nreference (FLOPs): Qwen2.5-VL-3B over {length} tokens ({num_images} x "
+        f"{per_image} image tokens + {text_tokens} text), per sample")
+  print(f"{'program':<40}{'TFLOP':>10}{'share':>9}")
+  print("-" * 59)
+  print(f"{'model forward':<40}{model_flops / 1e12:>10.3f}")
+  print(f"{'stage-2 step (~6 forwards + projector)':<40}{step / 1e12:>10.3f}")
+  print(f"{'projector forward (reward)':<40}{projector_flops / 1e12:>10.4f}"
+        f"{100 * projector_flops / step:>8.2f}%")
+
+
 def main(argv=None) -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--images", type=int, default=4)
   parser.add_argument("--run-reference", action="store_true")
+  parser.add_argument("--skip-step", action="store_true", help="only the projector table")
   args = parser.parse_args(argv)
   print(f"jax {jax.__version__} on {jax.devices()[0].platform}; {args.images} images\n")
   print(f"{'config':<12}{'params':>12}{'pass':>10}{'GFLOP':>10}{'GB moved':>10}{'ms':>10}")
@@ -60,6 +182,9 @@ def main(argv=None) -> None:
       ms = f"{1e3 * timed(lambda: fn(*inputs), 3):.2f}" if run else "-"
       print(f"{name:<12}{config.parameter_count():>12,}{label:>10}{flops / 1e9:>10.2f}"
             f"{moved / 1e9:>10.3f}{ms:>10}")
+  if not args.skip_step:
+    stage2_step_share()
+    reference_step_share(args.images)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Training: SFT and GRPO steps, optimizer, checkpoints, metrics, multi-host start-up."""
 
 from jaxspatial.train.checkpoint import Checkpointer, PreemptionGuard, key_from_json, key_to_json
-from jaxspatial.train.distributed import initialize_from_env
+from jaxspatial.train.distributed import global_batch, initialize_from_env, process_rows
 from jaxspatial.train.logprobs import token_logprobs
 from jaxspatial.train.metrics import MetricWriter, read_jsonl
 from jaxspatial.train.optim import OptimizerConfig, make_optimizer, trainable
@@ -10,6 +10,6 @@ from jaxspatial.train.steps import StepConfig, TrainBatch, batch_logprobs, shard
 
 __all__ = ["Checkpointer", "MetricWriter", "OptimizerConfig", "PreemptionGuard",
            "ReferencePolicy", "StepConfig",
-           "TrainBatch", "batch_logprobs", "initialize_from_env", "key_from_json",
-           "key_to_json", "make_optimizer", "read_jsonl", "shard_batch", "token_logprobs",
+           "TrainBatch", "batch_logprobs", "global_batch", "initialize_from_env", "key_from_json",
+           "key_to_json", "make_optimizer", "process_rows", "read_jsonl", "shard_batch", "token_logprobs",
            "train_step", "trainable"]

@@ -4,6 +4,10 @@ Explicit:  JAX_COORDINATOR_ADDRESS=host:port JAX_NUM_PROCESSES=n JAX_PROCESS_ID=
 SLURM:     srun with more than one task (jax reads SLURM's variables)
 TPU pods:  detected by jax on Cloud TPU VMs (TPU_WORKER_HOSTNAMES / the metadata server)
 Otherwise a single process. Returns (process index, process count).
+
+Data: every process loads only its rows of a global batch (`process_rows`), and
+`global_batch` assembles the processes' rows into global arrays sharded over
+('data', 'fsdp'), without any process holding the whole batch.
 """
 
 from __future__ import annotations
@@ -11,6 +15,8 @@ from __future__ import annotations
 import os
 
 import jax
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec
 
 
 def initialize_from_env(environ=None) -> tuple[int, int]:
@@ -25,3 +31,22 @@ def initialize_from_env(environ=None) -> tuple[int, int]:
   elif int(env.get("SLURM_NTASKS", "1")) > 1 or "TPU_WORKER_HOSTNAMES" in env:
     jax.distributed.initialize()
   return jax.process_index(), jax.process_count()
+
+
+def process_rows(global_rows: int, process: int | None = None,
+                 count: int | None = None) -> slice:
+  """This process's contiguous share of a global batch of `global_rows` rows."""
+  process = jax.process_index() if process is None else process
+  count = jax.process_count() if count is None else count
+  if global_rows % count:
+    raise ValueError(f"process_rows: a global batch of {global_rows} rows does not split "
+                     f"over {count} processes")
+  share = global_rows // count
+  return slice(process * share, (process + 1) * share)
+
+
+def global_batch(local_tree, mesh):
+  """Global arrays (leading axis over ('data', 'fsdp')) from each process's own rows."""
+  sharding = NamedSharding(mesh, PartitionSpec(("data", "fsdp")))
+  return jax.tree.map(
+      lambda x: jax.make_array_from_process_local_data(sharding, np.asarray(x)), local_tree)

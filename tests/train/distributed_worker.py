@@ -1,6 +1,6 @@
 """One process of a 2-process `jax.distributed` CPU run (tests/train/test_distributed.py):
-both processes take one GRPO step on a ('data',) mesh spanning them, each holding half of
-the batch, and print the loss."""
+both processes take one GRPO step on a ('data',) mesh spanning them, each loading only its
+own half of the batch (`process_rows`, `global_batch`), and print the loss."""
 
 import sys
 
@@ -15,8 +15,8 @@ from jax.sharding import NamedSharding, PartitionSpec  # noqa: E402
 from jaxspatial.models.qwen2_5_vl import Qwen25VL  # noqa: E402
 from jaxspatial.models.sharding import make_mesh  # noqa: E402
 from jaxspatial.rl.objectives import PolicyLossConfig  # noqa: E402
-from jaxspatial.train import (OptimizerConfig, StepConfig, initialize_from_env,  # noqa: E402
-                              make_optimizer, train_step)
+from jaxspatial.train import (OptimizerConfig, StepConfig, global_batch,  # noqa: E402
+                              initialize_from_env, make_optimizer, process_rows, train_step)
 from tests.train.sharded_worker import CONFIG, batch  # noqa: E402
 
 GRPO = StepConfig(objective="grpo", loss=PolicyLossConfig(beta=0.01))
@@ -38,8 +38,11 @@ def main():
                         nnx.to_pure_dict(state))
   nnx.replace_by_pure_dict(state, values)
   nnx.update(model, state)
-  data = batch(0)
-  data = jax.tree.map(lambda x: global_array(mesh, x, PartitionSpec("data")), data)
+  rows = process_rows(batch(0).batch_size)
+  assert rows == (slice(0, 4) if process == 0 else slice(4, 8)), rows
+  local = jax.tree.map(lambda x: np.asarray(x)[rows], batch(0))  # this process's rows only
+  data = global_batch(local, mesh)
+  assert data.tokens.shape == (8, 24) and not data.tokens.is_fully_addressable
   with jax.set_mesh(mesh):
     optimizer = make_optimizer(model, OptimizerConfig(learning_rate=1e-2, total_steps=10))
     metrics = train_step(model, optimizer, data, GRPO)
