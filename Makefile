@@ -6,7 +6,7 @@ PIP := $(PY) -m pip install --quiet --disable-pip-version-check -c constraints.t
 RUNTIME_STAMP := $(VENV)/.runtime-installed
 DEV_STAMP := $(VENV)/.dev-installed
 
-.PHONY: demo test bench system-deps clean
+.PHONY: demo thinker3d test bench system-deps clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,12 @@ demo: $(RUNTIME_STAMP) system-deps
 	$(PY) -m launch.render_demo --config configs/render_demo.py
 	$(PY) -m launch.train --config configs/demo.py --config.workdir=outputs/demo
 
+# 3DThinker on the synthetic three-view task: stage 1 (SFT + latent alignment), then stage 2
+# (GRPO with the latent-similarity reward). About 5 minutes on a 2-core CPU.
+thinker3d: $(RUNTIME_STAMP) system-deps
+	$(PY) -m launch.train --config configs/thinker3d_stage1.py:cpu
+	$(PY) -m launch.train --config configs/thinker3d_stage2.py:cpu
+
 test: $(DEV_STAMP) system-deps
 	$(PY) -m pytest tests
 
@@ -52,6 +58,7 @@ bench: $(DEV_STAMP) system-deps
 	$(PY) -m benchmarks.sampler_bench
 	$(PY) -m benchmarks.loading_bench
 	$(PY) -m benchmarks.rollout_bench
+	$(PY) -m benchmarks.train_bench
 
 clean:
 	rm -rf $(VENV) outputs build *.egg-info

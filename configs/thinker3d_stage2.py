@@ -2,7 +2,7 @@ r"""3DThinker stage 2: GRPO with format + answer + latent-similarity rewards.
 
     python -m launch.train --config configs/thinker3d_stage2.py:cpu [--config.key=value]
 
-Cost (`cpu`): about 4 minutes on a 2-core CPU after stage 1 (configs/thinker3d_stage1.py:cpu,
+Cost (`cpu`): about 2 minutes on a 2-core CPU after stage 1 (configs/thinker3d_stage1.py:cpu,
 whose checkpoint `init_from` names): LoRA r 8 on the tiny policy's attention and MLP,
 4 prompts x 8 generations per step, 40 steps; rewards inside the compiled rollout.
 
@@ -46,7 +46,7 @@ def get_config(variant: str = "reference") -> ml_collections.ConfigDict:
   c.loss = dict(ce_weight=0.1, alignment_weight=0.0005, mode="mse")  # held-out evaluation
   c.projector = dict(mlp_depth=3, latent_tokens=64)
   c.freeze_vision = True
-  c.optimizer.update(learning_rate=2e-3, warmup_steps=2, lora_rank=8, lora_alpha=16,
+  c.optimizer.update(learning_rate=5e-4, warmup_steps=2, lora_rank=8, lora_alpha=16,
                      lora_dropout=0.0)  # dropout 0: rollout and update see one policy
   c.steps = 40
   c.prompts = 4
