@@ -176,14 +176,89 @@ class GeometryStandInExtractor:
     return np.stack(features) @ projection  # [N, tokens, channels]
 
 
+VGGT_PATCH = 14
+VGGT_SPECIAL_TOKENS = 5  # 1 camera + 4 register tokens
+
+
+def vggt_input_size(height: int, width: int, mode: str = "crop",
+                    target_size: int = 518) -> tuple[int, int]:
+  """(height, width) VGGT's preprocessing gives a frame: "crop" sets the width to 518 and
+  the height to the nearest multiple of 14 keeping the aspect, then centre-crops a taller
+  result to 518; "pad" scales the longer side to 518 and pads to a 518 square."""
+  if mode == "crop":
+    resized = (round(height * (target_size / width) / VGGT_PATCH) * VGGT_PATCH, target_size)
+    return min(resized[0], target_size), target_size
+  if mode == "pad":
+    return target_size, target_size
+  raise ValueError(f"vggt_input_size: mode must be 'crop' or 'pad', got {mode!r}")
+
+
+def vggt_tokens(height: int, width: int, mode: str = "crop", target_size: int = 518) -> int:
+  """Tokens per frame of VGGT's aggregator output: 5 special + one per 14 x 14 patch."""
+  h, w = vggt_input_size(height, width, mode, target_size)
+  return VGGT_SPECIAL_TOKENS + (h // VGGT_PATCH) * (w // VGGT_PATCH)
+
+
+def vggt_preprocess(images_NxHxWx3: np.ndarray, mode: str = "crop",
+                    target_size: int = 518) -> np.ndarray:
+  """Frames (uint8 RGB) as VGGT's demo loader prepares them: [N, 3, H', W'] float32 in
+  [0, 1], bicubic resize, then the centre crop ("crop") or white padding ("pad")."""
+  from PIL import Image  # pylint: disable=import-outside-toplevel
+  images = np.asarray(images_NxHxWx3)
+  if images.ndim != 4 or images.shape[-1] != 3 or images.dtype != np.uint8:
+    raise ValueError(f"vggt_preprocess: expected uint8 frames [N, H, W, 3], got "
+                     f"{images.dtype} {images.shape}")
+  height, width = images.shape[1:3]
+  if mode == "crop":
+    size = (target_size, round(height * (target_size / width) / VGGT_PATCH) * VGGT_PATCH)
+  elif mode == "pad":
+    size = ((target_size, round(height * (target_size / width) / VGGT_PATCH) * VGGT_PATCH)
+            if width >= height else
+            (round(width * (target_size / height) / VGGT_PATCH) * VGGT_PATCH, target_size))
+  else:
+    raise ValueError(f"vggt_preprocess: mode must be 'crop' or 'pad', got {mode!r}")
+  out = []
+  for frame in images:
+    resized = np.asarray(Image.fromarray(frame).resize(size, Image.Resampling.BICUBIC),
+                         np.float32) / 255.0
+    if mode == "crop" and resized.shape[0] > target_size:
+      top = (resized.shape[0] - target_size) // 2
+      resized = resized[top:top + target_size]
+    if mode == "pad":
+      dh, dw = target_size - resized.shape[0], target_size - resized.shape[1]
+      resized = np.pad(resized, ((dh // 2, dh - dh // 2), (dw // 2, dw - dw // 2), (0, 0)),
+                       constant_values=1.0)
+    out.append(resized.transpose(2, 0, 1))
+  return np.stack(out)
+
+
+def features_in_jit(extractor, tokens: int, channels: int, *arrays) -> jax.Array:
+  """Runs a host extractor (VGGT, the stand-in) from inside a jitted program through
+  `jax.pure_callback`: [N, tokens, channels] float32 for per-frame inputs with a leading N.
+  Under vmap the batch is handed to the host one element at a time."""
+  count = np.shape(arrays[0])[0]
+  result = jax.ShapeDtypeStruct((count, tokens, channels), jnp.float32)
+
+  def host(*values):
+    features = np.asarray(extractor(*values), np.float32)
+    if features.shape != result.shape:
+      raise ValueError(f"features_in_jit: the extractor returned {features.shape}, "
+                       f"expected {result.shape}")
+    return features
+
+  return jax.pure_callback(host, result, *arrays, vmap_method="sequential")
+
+
 class VGGTExtractor:
   """VGGT-1B's last aggregator block as target features, run on the host.
 
   Needs the `vggt` package and its weights on local disk (`weights_path`); neither can be
-  fetched here, and the error says which is missing.
+  fetched here, and the error says which is missing. Frames are preprocessed as VGGT's
+  loader does (`vggt_preprocess`, crop mode by default, as 3DThinker's features):
+  [N, tokens, 2048] with tokens = `vggt_tokens(H, W, mode)` (1374 for 518 x 518).
   """
 
-  def __init__(self, weights_path: str, device: str = "cpu"):
+  def __init__(self, weights_path: str, device: str = "cpu", mode: str = "crop"):
     try:
       from vggt.models.vggt import VGGT  # pylint: disable=import-outside-toplevel
     except ImportError as e:
@@ -197,9 +272,11 @@ class VGGTExtractor:
     self.model.load_state_dict(torch.load(weights_path, map_location=device))
     self.model.eval().to(device)
     self.device = device
+    self.mode = mode
 
-  def __call__(self, images_Nx3xHxW) -> np.ndarray:
+  def __call__(self, images_NxHxWx3) -> np.ndarray:
     import torch  # pylint: disable=import-outside-toplevel
+    frames = torch.from_numpy(vggt_preprocess(images_NxHxWx3, self.mode))
     with torch.no_grad():
-      tokens, _ = self.model.aggregator(torch.as_tensor(images_Nx3xHxW)[None].to(self.device))
+      tokens, _ = self.model.aggregator(frames[None].to(self.device))
     return tokens[-1][0].float().cpu().numpy()  # [N, tokens, 2048]
