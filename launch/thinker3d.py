@@ -142,7 +142,8 @@ def rollout_config(job: Job, temperature: float) -> rollout3d.Thinker3DRolloutCo
       latent_tokens=job.latent_ids, stop_tokens=(job.tokenizer.convert_tokens_to_ids(
           "<|im_end|>"),), num_latents=c.latents.num_latents,
       max_new_tokens=c.rollout.max_new_tokens, temperature=temperature,
-      pad_token=job.tokenizer.pad_token_id or 0)
+      pad_token=job.tokenizer.pad_token_id or 0,
+      token_axis_quirk=bool(c.get("reward", {}).get("token_axis_quirk", False)))
 
 
 def sample(job: Job, split: Split, index, key, temperature: float, primed: bool = False):
