@@ -21,6 +21,7 @@ import ml_collections
 
 def cpu_settings(c: ml_collections.ConfigDict) -> None:
   """The synthetic task and the tiny policy, shared by both stages' cpu variants."""
+  c.mesh = dict(data=-1, fsdp=1, tensor=1)      # -1: all devices
   c.model = dict(hidden=128, intermediate=256, layers=2, heads=4, kv_heads=2, vision_depth=2,
                  vision_hidden=64, vocab=500)
   c.scene = dict(width=56, height=56, hfov_deg=90.0, points=6000)

@@ -28,7 +28,7 @@ from tqdm import tqdm
 
 from data_pipelines.synthetic import thinker3d as data
 from jaxspatial.models import (GeometryStandInExtractor, Projector3DConfig, Thinker3DPolicy,
-                               apply_lora, latent3d)
+                               apply_lora, latent3d, sharding)
 from jaxspatial.models.qwen2_5_vl.model import Qwen25VL
 from jaxspatial.models.qwen2_5_vl.tokenizer import train_tokenizer
 from jaxspatial.rl.advantages import group_normalize
@@ -38,7 +38,8 @@ from jaxspatial.rollout import thinker3d as rollout3d
 from jaxspatial.rollout.viewer import completions_html
 from jaxspatial.train import (Checkpointer, MetricWriter, OptimizerConfig, PreemptionGuard,
                               ReferencePolicy, StepConfig, TrainBatch, batch_logprobs,
-                              initialize_from_env, make_optimizer, train_step, trainable)
+                              initialize_from_env, make_optimizer, shard_batch, train_step,
+                              trainable)
 from jaxspatial.train.plots import line_chart
 from jaxspatial.train.thinker3d import Stage1Config, stage1_batch, stage1_terms
 
@@ -59,6 +60,7 @@ class Split:
 @dataclasses.dataclass
 class Job:
   config: object
+  mesh: object
   tokenizer: object
   policy: Thinker3DPolicy
   automaton: am.TokenAutomaton
@@ -96,14 +98,19 @@ def build(c) -> Job:
   tok = train_tokenizer(corpus * 5, vocab_size=c.model.vocab,
                         extra_special_tokens=tiny.LATENT_TOKENS)
   latent_ids = tuple(tok.convert_tokens_to_ids(t) for t in tiny.LATENT_TOKENS)
-  model = Qwen25VL(model_config(c, tok), rngs=nnx.Rngs(c.seed))
+  devices = jax.device_count()
+  mesh = sharding.make_mesh(devices if c.mesh.data == -1 else c.mesh.data, c.mesh.fsdp,
+                            c.mesh.tensor)
+  with jax.set_mesh(mesh):  # parameters are created sharded by the logical rules
+    model = Qwen25VL(model_config(c, tok), rngs=nnx.Rngs(c.seed))
   image_tokens = episode.image_tokens(model, (c.scene.height, c.scene.width))
   projector = Projector3DConfig(
       mlp_depth=c.projector.mlp_depth, mm_hidden_size=c.model.hidden,
       hidden_size=extractor.channels, latent_size=c.latents.num_latents,
       latent_tokens=c.projector.latent_tokens, fusion_input=image_tokens,
       fusion_output=extractor.tokens)
-  policy = Thinker3DPolicy(model, projector, rngs=nnx.Rngs(c.seed + 1))
+  with jax.set_mesh(mesh):
+    policy = Thinker3DPolicy(model, projector, rngs=nnx.Rngs(c.seed + 1))
   automaton = am.compile_token_automaton(grammars.thinker3d(c.latents.num_latents), tok,
                                          model.config.text.vocab_size)
 
@@ -116,7 +123,7 @@ def build(c) -> Job:
 
   stage1 = Stage1Config(start_token=latent_ids[0], pad_token=latent_ids[1],
                         num_latents=c.latents.num_latents, **c.loss)
-  return Job(c, tok, policy, automaton, latent_ids, stage1, split(train), split(test))
+  return Job(c, mesh, tok, policy, automaton, latent_ids, stage1, split(train), split(test))
 
 
 def stage1_train_batch(split: Split, index) -> TrainBatch:
@@ -275,7 +282,8 @@ def run_stage1(c, job: Job, workdir: pathlib.Path) -> dict:
   def one_step(step):
     rng = np.random.default_rng([c.seed, 3, step])
     index = rng.choice(len(job.train.examples), c.batch, replace=False)
-    metrics = train_step(policy, optimizer, stage1_train_batch(job.train, index), config)
+    batch = shard_batch(stage1_train_batch(job.train, index), job.mesh)
+    metrics = train_step(policy, optimizer, batch, config)
     return {k: float(v) for k, v in metrics.items()}
 
   step, finished = _train_loop(c, job, workdir, checkpointer, policy, optimizer, step,
@@ -341,14 +349,15 @@ def run(c) -> dict:
   workdir = pathlib.Path(c.workdir)
   workdir.mkdir(parents=True, exist_ok=True)
   job = build(c)
-  results = (run_stage1 if c.stage == 1 else run_stage2)(c, job, workdir)
-  (workdir / "results.json").write_text(json.dumps(results, indent=2))
-  if "after" in results:
-    _completions_page(job, workdir / "completions.html",
-                      f"3DThinker stage {c.stage}: held-out samples (greedy)")
-    print(_table(results["before"], results["after"],
-                 ("cross_entropy", "alignment", "format", "correct", "latent_sim",
-                  "latent_sim_primed", "reward")))
+  with jax.set_mesh(job.mesh):  # one mesh for rollouts and updates
+    results = (run_stage1 if c.stage == 1 else run_stage2)(c, job, workdir)
+    (workdir / "results.json").write_text(json.dumps(results, indent=2))
+    if "after" in results:
+      _completions_page(job, workdir / "completions.html",
+                        f"3DThinker stage {c.stage}: held-out samples (greedy)")
+      print(_table(results["before"], results["after"],
+                   ("cross_entropy", "alignment", "format", "correct", "latent_sim",
+                    "latent_sim_primed", "reward")))
   print(f"outputs: {workdir.resolve()} (results.json, curve.png, completions.html, "
         "metrics.jsonl, checkpoints/)")
   return results

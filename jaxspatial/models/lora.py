@@ -23,9 +23,16 @@ class LoRALinear(nnx.Module):
     self.base = base
     in_features, out_features = base.kernel[...].shape
     dtype = base.kernel[...].dtype
+    # Sharded like the base kernel (A by its input axis, B by its output axis), so that
+    # under a mesh the adapters are placed as the jitted steps will return them.
+    axes = (None if jax.sharding.get_abstract_mesh().empty
+            else base.kernel.get_metadata().get("out_sharding"))
+    a_meta = {"out_sharding": (axes[0], None)} if axes else {}
+    b_meta = {"out_sharding": (None, axes[1])} if axes else {}
     self.lora_a = nnx.LoRAParam(nnx.initializers.he_uniform()(rngs.params(),
-                                                              (in_features, rank), dtype))
-    self.lora_b = nnx.LoRAParam(jnp.zeros((rank, out_features), dtype))
+                                                              (in_features, rank), dtype),
+                                **a_meta)
+    self.lora_b = nnx.LoRAParam(jnp.zeros((rank, out_features), dtype), **b_meta)
     self.scale = alpha / rank
     self.dropout = nnx.Dropout(dropout, rngs=rngs) if dropout > 0 else None
 

@@ -71,6 +71,15 @@ with jax.set_mesh(mesh):
 np.testing.assert_allclose(np.asarray(got), np.asarray(plain_projector(latents, images)),
                            atol=1e-5, rtol=1e-5)
 print("sharded projector equals unsharded")
+
+# LoRA adapters take their base kernel's sharding (A by input, B by output axis).
+from jaxspatial.models import apply_lora
+with jax.set_mesh(mesh):
+  apply_lora(sharded.language_model, ("gate_proj",), 4, 8.0, rngs=nnx.Rngs(2))
+  adapter = sharded.language_model.layers[0].mlp.gate_proj
+  assert adapter.lora_a[...].sharding.spec == P("fsdp", None), adapter.lora_a[...].sharding
+  assert adapter.lora_b[...].sharding.spec == P(None, "tensor"), adapter.lora_b[...].sharding
+print("lora adapters sharded like their kernels")
 """
 
 
@@ -84,6 +93,7 @@ def test_sharded_forward_equals_unsharded():
   assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
   assert "sharded forward equals unsharded" in result.stdout
   assert "sharded projector equals unsharded" in result.stdout
+  assert "lora adapters sharded like their kernels" in result.stdout
 
 
 def test_rules():

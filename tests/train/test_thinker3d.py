@@ -38,8 +38,10 @@ def stage1(tmp_path_factory):
   c.update(steps=40)
   c.checkpoint.update(every=20)
   job = thinker3d.build(c)
-  untrained = nnx.clone(job.policy)
-  results = thinker3d.run_stage1(c, job, root / "stage1")
+  with jax.set_mesh(job.mesh):
+    untrained = nnx.clone(job.policy)
+  with jax.set_mesh(job.mesh):
+    results = thinker3d.run_stage1(c, job, root / "stage1")
   return job, untrained, results, root
 
 
