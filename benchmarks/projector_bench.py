@@ -67,7 +67,7 @@ def stage2_step_share() -> None:
   from jaxspatial.rl.advantages import group_normalize  # pylint: disable=import-outside-toplevel
   from jaxspatial.rl.objectives import PolicyLossConfig  # pylint: disable=import-outside-toplevel
   from jaxspatial.train import (OptimizerConfig, ReferencePolicy, StepConfig,  # pylint: disable=import-outside-toplevel
-                                batch_logprobs, make_optimizer, train_step, trainable)
+                                TrainBatch, batch_logprobs, make_optimizer, train_step, trainable)
   from launch import thinker3d  # pylint: disable=import-outside-toplevel
 
   c = thinker3d_stage2.get_config("cpu")
@@ -91,7 +91,7 @@ def stage2_step_share() -> None:
                                                  c.rollout.temperature))
     times["rollout (with rewards)"] = time.perf_counter() - start
     advantages = group_normalize(out.reward.reshape(c.prompts, group), eps=c.advantage.eps)
-    batch = out.train_batch(advantages.reshape(-1))
+    batch = TrainBatch.from_completions(out, advantages.reshape(-1))
     start = time.perf_counter()
     batch = batch.replace(old_logprobs=jax.block_until_ready(
         batch_logprobs(model, batch, c.rollout.temperature)))

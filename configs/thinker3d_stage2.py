@@ -2,8 +2,8 @@ r"""3DThinker stage 2: GRPO with format + answer + latent-similarity rewards.
 
     python -m launch.train --config configs/thinker3d_stage2.py:cpu [--config.key=value]
 
-Cost (`cpu`): about 2 minutes on a 2-core CPU after stage 1 (configs/thinker3d_stage1.py:cpu,
-whose checkpoint `init_from` names): LoRA r 8 on the tiny policy's attention and MLP,
+Cost (`cpu`): 3m44s with stage 1 on a 2-core CPU (`make thinker3d`); it starts from the
+stage-1 checkpoint `init_from` names (configs/thinker3d_stage1.py:cpu): LoRA r 8 on the tiny policy's attention and MLP,
 4 prompts x 8 generations per step, 40 steps; rewards inside the compiled rollout.
 
 `reference` (the default) holds the published setting (public code): Qwen2.5-VL-3B with

@@ -325,7 +325,7 @@ def run_stage2(c, job: Job, workdir: pathlib.Path) -> dict:
     out = sample(job, job.train, index, jax.random.fold_in(key, step), c.rollout.temperature)
     advantages = group_normalize(out.reward.reshape(c.prompts, c.advantage.group_size),
                                  ddof=c.advantage.ddof, eps=c.advantage.eps).reshape(-1)
-    batch = out.train_batch(advantages)
+    batch = TrainBatch.from_completions(out, advantages)
     batch = batch.replace(old_logprobs=batch_logprobs(model, batch, c.rollout.temperature))
     if reference is not None:
       batch = batch.replace(ref_logprobs=reference.logprobs(model, batch,

@@ -76,15 +76,6 @@ class Thinker3DRollout:
   reward: Array
   reward_components: dict
 
-  def train_batch(self, advantages=None):
-    from jaxspatial.train.steps import TrainBatch  # pylint: disable=import-outside-toplevel
-    zeros = jnp.zeros(self.tokens.shape, jnp.float32)
-    return TrainBatch(tokens=self.tokens, attention_mask=self.attention_mask,
-                      loss_mask=self.loss_mask, images=self.images,
-                      advantages=(jnp.zeros(self.tokens.shape[0], jnp.float32)
-                                  if advantages is None else advantages),
-                      old_logprobs=zeros, ref_logprobs=zeros)
-
 
 def completion_format(automaton: TokenAutomaton, tokens_N: Array, length: Array,
                       start_state: Array) -> Array:
@@ -117,11 +108,13 @@ def rollout(policy, automaton: TokenAutomaton, prompt_ids_BxL: Array, prompt_mas
   num_images = images_BxKxHxWx3.shape[1]
   start_id = config.latent_tokens[0]
   pixels, grids, sequence_grids = batch_vision_inputs(model.config.vision, images_BxKxHxWx3)
-  sampling = config.sampling
+  # The encoder runs once: its tokens go into the prompt and, per image, to the projector.
+  vision = model.visual(pixels, grids)
   dstate, logits = prefill(model, prompt_ids_BxL, prompt_mask_BxL,
                            prompt_length + config.max_new_tokens,
-                           jnp.dtype(config.cache_dtype), pixels, grids, sequence_grids)
-  generation = decode(model, dstate, logits, key, sampling)
+                           jnp.dtype(config.cache_dtype), pixels, grids, sequence_grids,
+                           vision_tokens=vision)
+  generation = decode(model, dstate, logits, key, config.sampling)
   tokens_N, lengths = generation.tokens, generation.lengths
 
   # Rewards. A prompt ending in the start token begins the grammar after it.
@@ -139,8 +132,7 @@ def rollout(policy, automaton: TokenAutomaton, prompt_ids_BxL: Array, prompt_mas
   correct = (letter >= 0) & (letter == answer_choice_B)
   latent_block = primed | jnp.any((tokens_N == start_id)
                                   & (jnp.arange(tokens_N.shape[1]) < lengths[:, None]), -1)
-  image_embeds = policy.image_embeddings(model.embed(prompt_ids_BxL, pixels, grids),
-                                         prompt_ids_BxL, num_images)
+  image_embeds = vision.reshape(batch, num_images, -1, vision.shape[-1])  # in prompt order
   predicted = policy.project(generation.latents, image_embeds)
   similarity = jax.vmap(lambda p, t: latent_similarity(p, t, config.token_axis_quirk))(
       predicted, features_BxKxFxH)

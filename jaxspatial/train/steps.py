@@ -46,6 +46,17 @@ class TrainBatch:
                old_logprobs=zeros if old_logprobs is None else old_logprobs,
                ref_logprobs=zeros if ref_logprobs is None else ref_logprobs)
 
+  @classmethod
+  def from_completions(cls, rollout, advantages=None) -> "TrainBatch":
+    """From a single-turn rollout holding tokens, attention_mask, loss_mask and the images
+    in token order (3DThinker's `Thinker3DRollout`)."""
+    zeros = jnp.zeros(rollout.tokens.shape, jnp.float32)
+    return cls(tokens=rollout.tokens, attention_mask=rollout.attention_mask,
+               loss_mask=rollout.loss_mask, images=rollout.images,
+               advantages=(jnp.zeros(rollout.tokens.shape[0], jnp.float32)
+                           if advantages is None else advantages),
+               old_logprobs=zeros, ref_logprobs=zeros)
+
   @property
   def batch_size(self) -> int:
     return self.tokens.shape[0]

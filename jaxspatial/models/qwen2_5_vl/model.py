@@ -40,12 +40,14 @@ class Qwen25VL(nnx.Module):
     return model
 
   def embed(self, input_ids_BxL: Array, pixel_values: Array | None = None,
-            grids: Grids = ()) -> Array:
-    """Token embeddings with the vision tokens written, in order, at the image tokens."""
+            grids: Grids = (), vision_tokens: Array | None = None) -> Array:
+    """Token embeddings with the vision tokens written, in order, at the image tokens.
+    `vision_tokens` (the encoder's output for these grids) skips running the encoder."""
     embeds = self.language_model.embed_tokens(input_ids_BxL)
     if not grids:
       return embeds
-    vision = self.visual(pixel_values, grids).astype(embeds.dtype)
+    vision = (self.visual(pixel_values, grids) if vision_tokens is None
+              else vision_tokens).astype(embeds.dtype)
     is_image = input_ids_BxL == self.config.image_token_id
     index = jnp.cumsum(is_image.reshape(-1)).reshape(is_image.shape) - 1
     placed = vision[jnp.clip(index, 0, vision.shape[0] - 1)]

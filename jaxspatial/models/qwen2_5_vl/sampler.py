@@ -84,9 +84,10 @@ class DecodeState:
 
 def prefill(model, input_ids_BxL: Array, attention_mask_BxL: Array, capacity: int,
             cache_dtype=jnp.float32, pixel_values: Array | None = None, grids=(),
-            sequence_grids_BxKx3: Array | None = None):
+            sequence_grids_BxKx3: Array | None = None, vision_tokens: Array | None = None):
   """Writes a left-padded prompt into a fresh cache of `capacity` slots.
-  Returns (state, logits of the last prompt position [B, V])."""
+  Returns (state, logits of the last prompt position [B, V]). `vision_tokens`: the vision
+  encoder's output when the caller has it already (see `Qwen25VL.embed`)."""
   batch, length = input_ids_BxL.shape
   if capacity < length:
     raise ValueError(f"prefill: capacity {capacity} is smaller than the prompt ({length})")
@@ -97,19 +98,19 @@ def prefill(model, input_ids_BxL: Array, attention_mask_BxL: Array, capacity: in
                       last_hidden=jnp.zeros((batch, model.config.text.hidden_size), jnp.float32),
                       last_token=jnp.full(batch, -1, jnp.int32))
   state, logits = append(model, state, input_ids_BxL, attention_mask_BxL, pixel_values, grids,
-                         sequence_grids_BxKx3)
+                         sequence_grids_BxKx3, vision_tokens)
   return state, logits[:, -1]
 
 
 def append(model, state: DecodeState, input_ids_BxT: Array, attention_mask_BxT: Array,
            pixel_values: Array | None = None, grids=(),
-           sequence_grids_BxKx3: Array | None = None):
+           sequence_grids_BxKx3: Array | None = None, vision_tokens: Array | None = None):
   """Writes a segment (text, with images where `grids` says) after what the cache holds,
   at the right M-RoPE positions. Returns (state, logits [B, T, V]).
 
   Multi-turn rollouts append each observation this way (its tokens get loss mask 0)."""
   text = model.language_model
-  embeds = model.embed(input_ids_BxT, pixel_values, grids)
+  embeds = model.embed(input_ids_BxT, pixel_values, grids, vision_tokens)
   relative = model.position_ids(input_ids_BxT, attention_mask_BxT,
                                 sequence_grids_BxKx3 if grids else None)
   real = attention_mask_BxT.astype(bool)
