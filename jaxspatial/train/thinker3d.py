@@ -21,7 +21,6 @@ import numpy as np
 
 from jaxspatial.models.latent3d import LATENT_PAD, expand_output_3d, latent_positions
 from jaxspatial.models.projector3d import alignment_loss
-from jaxspatial.rollout.prompts import left_padded
 
 Array = jax.Array
 
@@ -67,6 +66,9 @@ def stage1_batch(tokenizer, prompts: list[str], targets: list[str], num_latents:
   """(tokens, attention_mask, loss_mask) [B, L + T] int32 / bool: left-padded prompts, then
   targets holding one `<output_3D>` each, expanded and ended with `<|im_end|>`. The loss
   mask covers the target tokens except the latent pads."""
+  # Imported here: importing jaxspatial.rollout at module load touches the XLA backend,
+  # which must stay untouched until jax.distributed.initialize has run.
+  from jaxspatial.rollout.prompts import left_padded  # pylint: disable=import-outside-toplevel
   ids, mask = left_padded(tokenizer, prompts)
   encoded = [tokenizer.encode(expand_output_3d(t, num_latents) + "<|im_end|>",
                               add_special_tokens=False) for t in targets]
