@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
 from jaxspatial.envs.task import Task
@@ -44,7 +45,7 @@ Array = jax.Array
 GLOBAL, EGO = 0, 1
 VIEW, STOP = 0, 1
 MODES = ("global", "ego")
-_CORNER_SELECT = jnp.asarray([[(i >> k) & 1 for k in range(3)] for i in range(8)], bool)
+_CORNER_SELECT = np.asarray([[(i >> k) & 1 for k in range(3)] for i in range(8)], bool)
 
 
 @struct.dataclass

@@ -19,6 +19,7 @@ PERIA     <action>{"name": "image_crop", "arguments": {"image": 0, "bbox": [420,
 from __future__ import annotations
 
 from jaxspatial.envs.act3d import PRIMITIVES
+from jaxspatial.envs.peria import TOOLS as PERIA_ENV_TOOLS
 from jaxspatial.rollout.automaton import (JSON_WS, Enum, Grammar, Number, Repeat, TextWithout,
                                           optional, seq)
 
@@ -27,7 +28,7 @@ THINK = seq(WS, "<think>", TextWithout(b"</think>"), "</think>", WS)
 ANSWER_BODY = seq(TextWithout(b"</answer>"), "</answer>")
 CALL, ANSWER = 0, 1  # values of the "kind" field
 ANGLE_DECIMALS = 2
-PERIA_TOOLS = ("image_crop", "draw_line", "bounding_box", "image_highlight")
+PERIA_TOOLS = PERIA_ENV_TOOLS  # one list: the environment dispatches on this order
 THINK3D_TOOL, ACT3D_TOOL = "pi3_tool", "render_view_tool"
 
 

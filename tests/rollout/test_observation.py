@@ -30,3 +30,21 @@ def test_device_numbers_equal_the_host_layout_and_python_formatting():
     for v, f in zip(numbers, formatted):
       if abs(v) < 9999.99 and abs(abs(v) * 100 % 1 - 0.5) > 1e-3:  # away from rounding ties
         assert float(f) == round(float(v), 2) or abs(float(f) - float(v)) <= 0.005 + 1e-6
+
+
+def test_integer_fields_round_half_away_from_zero_and_match_the_host_layout():
+  tok = tiny.tokenizer()
+  template = observation.compile_template(tok, "Observation {:d}: at {}", image_tokens=0)
+  assert template.integers == (True, False)
+  values = np.asarray([[0, 1.5], [3, -2.25], [2.5, 0], [-2.5, 1], [-0.4, 2], [7.49, 3],
+                       [1234, 4]], np.float32)
+  ids, mask = jax.device_get(jax.jit(jax.vmap(
+      lambda n: observation.observation_tokens(template, n)))(values))
+  pieces = {i: tok.decode([i]) for i in range(len(tok))}
+  expected = ["0", "3", "3", "-3", "0", "7", "1234"]  # half away from zero; no "-0"
+  for row, numbers in enumerate(values):
+    host_ids, host_mask = observation.observation_tokens_host(template, numbers)
+    np.testing.assert_array_equal(ids[row], host_ids)
+    np.testing.assert_array_equal(mask[row], host_mask)
+    text = "".join(pieces[i] for i in ids[row][mask[row]])
+    assert text == f"Observation {expected[row]}: at {numbers[1]:.2f}"

@@ -150,6 +150,14 @@ def normalized_dtw(path_Nx2: Array, reference_Mx2: Array, path_len: Array,
   return last[jnp.clip(reference_len - 1, 0, m - 1)] / jnp.maximum(reference_len, 1)
 
 
+def peria_reward(answered: Array, calls: Array, correct: Array) -> Array:
+  """R_format + R_correct on device. R_format from the grammar: +1 for an episode that ended
+  in a well-formed answer turn, 0 for one that made tool calls but no answer (truncated),
+  -1 otherwise. R_rep needs the model's text (`text.peria_repetition`): the host adds it."""
+  format_reward = jnp.where(answered, 1.0, jnp.where(calls > 0, 0.0, -1.0))
+  return format_reward + correct.astype(jnp.float32)
+
+
 def peria_reward_text(model_text: str, num_turns: int, correct: float) -> float:
   """R_rep + R_format + R_correct on strings (correctness comes from the dataset's rule)."""
   return text.peria_repetition(model_text, num_turns) + text.peria_format(model_text) + correct
