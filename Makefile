@@ -6,7 +6,7 @@ PIP := $(PY) -m pip install --quiet --disable-pip-version-check -c constraints.t
 RUNTIME_STAMP := $(VENV)/.runtime-installed
 DEV_STAMP := $(VENV)/.dev-installed
 
-.PHONY: demo thinker3d test bench system-deps clean
+.PHONY: demo thinker3d recipes test bench system-deps clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,14 @@ demo: $(RUNTIME_STAMP) system-deps
 thinker3d: $(RUNTIME_STAMP) system-deps
 	$(PY) -m launch.train --config configs/thinker3d_stage1.py:cpu
 	$(PY) -m launch.train --config configs/thinker3d_stage2.py:cpu
+
+# The papers' agent recipes, CPU variants (tiny random policy, synthetic_spatial/tiny):
+# Think3D-RL, Act3D SFT then GRPO, PERIA SFT then OR-GIGPO. Each prints accuracy per
+# question family after SFT and after RL.
+recipes: $(RUNTIME_STAMP) system-deps
+	$(PY) -m launch.train --config configs/think3d_rl.py:cpu
+	$(PY) -m launch.train --config configs/act3d_grpo.py:cpu
+	$(PY) -m launch.train --config configs/peria_or_gigpo.py:cpu
 
 test: $(DEV_STAMP) system-deps
 	$(PY) -m pytest tests

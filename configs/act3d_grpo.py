@@ -1,23 +1,38 @@
-r"""Act3D GRPO objective (after trajectory SFT): composite judge / EM / interaction reward.
+r"""Act3D: trajectory SFT, then GRPO with the composite judge / EM / interaction reward.
 
-    (trainer: issue 8)  python -m launch.train --config configs/act3d_grpo.py
+    python -m launch.train --config configs/act3d_grpo.py \
+        --config.model.checkpoint=/ckpt/qwen --config.data.data_dir=/data \
+        --config.sft.trajectories=/data/act3d_sft.jsonl
+    python -m launch.train --config configs/act3d_grpo.py:cpu        (runs here)
 
-Published setting (paper section 4): Qwen3.5-9B, G = 8, 64 prompts per step, mini-batch
-16, lr 2e-6, temperature 0.7, eps 0.2, beta 0.005 (estimator unstated: k3), no entropy
-bonus, per-trajectory token mean then mean over G, up to 12 interactions, 24,576-token
-context. Cost: H200 GPUs with asynchronous vLLM rollouts in the paper.
+Published setting (paper sections 4 and 6): Qwen3.5-9B; SFT on 5,712 teacher trajectories,
+2 epochs, batch 16, lr 1e-5, observations and prompt masked; then GRPO with G = 8, 64
+prompts per step, mini-batch 16 (4 optimizer steps per rollout batch), lr 2e-6,
+temperature 0.7, eps 0.2, beta 0.005 (estimator unstated: k3), no entropy bonus,
+per-trajectory token mean then mean over G, up to 12 interactions, 640x480 renders.
+Reward 0.3 judge + 0.2 EM + 0.05 judge c(tau) - 0.2 malformed (the rule judge stands in
+for the LLM judge). Cost: H200 GPUs with asynchronous vLLM rollouts in the paper.
+
+`cpu`: tiny random policy, synthetic_spatial/tiny, 20 SFT steps on the scripted teacher
+(one turn, then the answer text), 10 GRPO steps of 2 prompts x 8 in 2 mini-batches;
+about 4 minutes on a 2-core CPU.
 """
 
-import ml_collections
+from configs.agent_recipe import base, shrink_for_cpu
 
 
-def get_config() -> ml_collections.ConfigDict:
-  c = ml_collections.ConfigDict()
+def get_config(variant: str = "reference"):
+  c = base("act3d_grpo", "act3d", variant)
   c.objective = dict(epsilon_low=0.2, epsilon_high=0.2, dual_clip=None, beta=0.005,
                      kl_estimator="k3", aggregation="sequence-mean-token-mean")
   c.advantage = dict(estimator="grpo", ddof=1, eps=1e-6, group_size=8)
-  c.reward = dict(name="act3d", judge_weight=0.3, exact_match_weight=0.2,
-                  interaction_weight=0.05, format_weight=0.2, max_interactions=12)
-  c.rollout = dict(max_turns=12, temperature=0.7, mask_observations=True)
-  c.optimizer = dict(learning_rate=2e-6, prompts_per_step=64, mini_batch=16)
+  c.reward.weights = dict(judge_weight=0.3, exact_match_weight=0.2, interaction_weight=0.05,
+                          format_weight=0.2, max_interactions=12)
+  c.rollout.update(max_turns=13, temperature=0.7)  # 12 interactions, then the answer
+  c.sft.update(steps=714, batch=16, learning_rate=1e-5)  # 2 epochs of 5,712
+  c.grpo.update(prompts=64, mini_batches=4, learning_rate=2e-6)
+  shrink_for_cpu(c)
+  if variant == "cpu":
+    c.reward.weights.max_interactions = 1
+    c.grpo.mini_batches = 2
   return c

@@ -1,24 +1,36 @@
-r"""PERIA OR-GIGPO objective: episode + step-group advantages, no KL, token mean.
+r"""PERIA: cold-start SFT, then OR-GIGPO (episode + step-group advantages), no KL, token mean.
 
-    (trainer: issue 8)  python -m launch.train --config configs/peria_or_gigpo.py
+    python -m launch.train --config configs/peria_or_gigpo.py \
+        --config.model.checkpoint=/ckpt/qwen --config.data.data_dir=/data \
+        --config.sft.trajectories=/data/peria_sft.jsonl
+    python -m launch.train --config configs/peria_or_gigpo.py:cpu    (runs here)
 
-Published setting (paper; launch script in brackets where it differs): N = 4 rollouts per
-prompt [2], gamma 0.99, omega 1.0, delta 0.9, eps 0.2, no KL and no entropy bonus, lr
-1e-6 cosine with 5% warm-up, token mean over all tokens of the batch, T <= 11 turns [10],
-observation tokens masked. Reward: R_rep + R_format + R_correct (MapTrace: the paper's
-NDTW mapping). Cost: FSDP2 on GPU nodes, 3 epochs, in the public script.
+Published setting (paper; launch script in brackets where it differs): SFT lr 1e-5, batch
+32; then N = 4 rollouts per prompt [2], gamma 0.99, omega 1.0, delta 0.9, eps 0.2, no KL
+and no entropy bonus, lr 1e-6 cosine with 5% warm-up, token mean over all tokens of the
+batch, T <= 11 turns [10], observation tokens masked, temperature 1.0. Reward: R_rep +
+R_format + R_correct (MapTrace: the paper's NDTW mapping). Here the interaction tools act
+on renders of the task's scene; step groups match the image each call produced. Cost:
+FSDP2 on GPU nodes, 3 epochs, in the public script.
+
+`cpu`: tiny random policy, synthetic_spatial/tiny, 20 SFT steps on the scripted teacher
+(a centre crop, then the letter), 10 OR-GIGPO steps of 4 prompts x 4; about 4 minutes on a
+2-core CPU.
 """
 
-import ml_collections
+from configs.agent_recipe import base, shrink_for_cpu
 
 
-def get_config() -> ml_collections.ConfigDict:
-  c = ml_collections.ConfigDict()
+def get_config(variant: str = "reference"):
+  c = base("peria_or_gigpo", "peria", variant)
   c.objective = dict(epsilon_low=0.2, epsilon_high=0.2, dual_clip=None, beta=0.0,
                      kl_estimator="k3", aggregation="token-mean")
   c.advantage = dict(estimator="or_gigpo", ddof=1, eps=1e-6, group_size=4, gamma=0.99,
                      omega=1.0, delta=0.9)
-  c.reward = dict(name="peria", maptrace_mapping="paper")
-  c.rollout = dict(max_turns=11, temperature=1.0, mask_observations=True)
-  c.optimizer = dict(learning_rate=1e-6, warmup_ratio=0.05, schedule="cosine")
+  c.rollout.update(max_turns=11, temperature=1.0)
+  c.sft.update(steps=500, batch=32, learning_rate=1e-5)
+  c.grpo.update(learning_rate=1e-6, warmup_ratio=0.05, prompts=16)
+  shrink_for_cpu(c)
+  if variant == "cpu":
+    c.grpo.prompts = 4
   return c

@@ -49,10 +49,16 @@ def _pad(array: np.ndarray, length: int, fill) -> np.ndarray:
   return np.pad(array, widths, constant_values=fill)
 
 
-def scene_tasks(example: dict, max_views: int = MAX_VIEWS) -> list[tuple[Task, dict]]:
-  """Every question of one decoded scene example as (Task of numpy arrays, metadata)."""
+def scene_tasks(example: dict, max_views: int = MAX_VIEWS,
+                points: int | None = None) -> list[tuple[Task, dict]]:
+  """Every question of one decoded scene example as (Task of numpy arrays, metadata).
+  Clouds pad to `bucket_size` of their size, or to `points` (one shape for scenes of
+  different sizes: batches stack them)."""
   num_points = len(example["xyz"])
-  size = bucket_size(num_points)
+  size = bucket_size(num_points) if points is None else points
+  if num_points > size:
+    raise ValueError(f"scene {example['scene_seed']}: {num_points} points, more than the "
+                     f"padded size {size} (raise the points setting)")
   cloud = PointCloud(xyz=_pad(example["xyz"], size, 0.0), rgb=_pad(example["rgb"], size, 0),
                      valid=_pad(np.ones(num_points, bool), size, False),
                      instance=_pad(example["instance"], size, -1))
@@ -91,8 +97,11 @@ def scene_tasks(example: dict, max_views: int = MAX_VIEWS) -> list[tuple[Task, d
 class SceneToTasks(grain.experimental.FlatMapTransform):
   max_fan_out = MAX_QUESTIONS_PER_SCENE
 
+  def __init__(self, points: int | None = None):
+    self.points = points
+
   def flat_map(self, element):
-    return scene_tasks(element)
+    return scene_tasks(element, points=self.points)
 
 
 def _stack(items):
@@ -100,14 +109,28 @@ def _stack(items):
 
 
 def task_batches(source, batch_size: int, seed: int = 0, shuffle: bool = True,
-                 num_epochs: int | None = 1, drop_remainder: bool = True) -> grain.IterDataset:
+                 num_epochs: int | None = 1, drop_remainder: bool = True,
+                 shard: tuple[int, int] = (0, 1),
+                 points: int | None = None) -> grain.IterDataset:
   """A grain pipeline: scenes (shuffled by seed) -> tasks -> batches of (Task, meta).
 
-  The same seed gives the same batches. num_epochs None repeats forever.
+  The same seed gives the same batches. num_epochs None repeats forever. `points`: every
+  cloud padded to this many points (see `scene_tasks`). `shard` (index,
+  count): this process reads only every count-th scene of the shuffled order, from index
+  (multi-host: `(jax.process_index(), jax.process_count())`); the shards are disjoint.
+  An iterator's `get_state()` / `set_state()` resume it exactly (saved with checkpoints).
   """
+  index, count = shard
+  if not 0 <= index < count:
+    raise ValueError(f"task_batches: shard {shard} is not (index, count) with 0 <= index < "
+                     "count")
+  if len(source) < count:
+    raise ValueError(f"task_batches: {len(source)} scenes cannot feed {count} shards")
   dataset = grain.MapDataset.source(source)
   if shuffle:
     dataset = dataset.shuffle(seed=seed)
+  if count > 1:
+    dataset = dataset[index::count]
   dataset = dataset.repeat(num_epochs)
-  tasks = grain.experimental.FlatMapIterDataset(dataset.to_iter_dataset(), SceneToTasks())
+  tasks = grain.experimental.FlatMapIterDataset(dataset.to_iter_dataset(), SceneToTasks(points))
   return tasks.batch(batch_size, drop_remainder=drop_remainder, batch_fn=_stack)

@@ -36,7 +36,7 @@ from jaxspatial.rl.objectives import PolicyLossConfig
 from jaxspatial.rollout import agents, automaton as am, episode, observation, prompts, tiny
 from jaxspatial.rollout.viewer import trajectory_html
 from jaxspatial.train import (Checkpointer, MetricWriter, OptimizerConfig, PreemptionGuard,
-                              ReferencePolicy, StepConfig, TrainBatch, batch_logprobs, initialize_from_env,
+                              ReferencePolicy, StepConfig, TrainBatch, grpo, initialize_from_env,
                               make_optimizer, shard_batch, train_step)
 from jaxspatial.train.plots import line_chart
 
@@ -222,6 +222,9 @@ def run(c) -> dict:
   if c.get("recipe") == "thinker3d":  # 3DThinker's two stages have their own loop
     from launch import thinker3d  # pylint: disable=import-outside-toplevel
     return thinker3d.run(c)
+  if c.get("recipe") == "agent":  # the papers' agents on a task dataset (launch/recipe.py)
+    from launch import recipe  # pylint: disable=import-outside-toplevel
+    return recipe.run(c)
   initialize_from_env()
   workdir = pathlib.Path(c.workdir)
   workdir.mkdir(parents=True, exist_ok=True)
@@ -251,14 +254,8 @@ def run(c) -> dict:
 
   def start_reference():
     nonlocal reference
-    if c.grpo.beta <= 0:
-      return
-    reference = ReferencePolicy.create("frozen", job.model)
-    saved = checkpointer.restore_reference(reference.params)
-    if saved is None:
-      checkpointer.save_reference(reference.params)
-    else:
-      reference.params = saved
+    if c.grpo.beta > 0:
+      reference = ReferencePolicy.frozen_for_run(job.model, checkpointer)
 
   if step >= c.sft.steps:
     start_reference()
@@ -292,15 +289,8 @@ def run(c) -> dict:
         batch, traj, rollout_metrics = _grpo_batch(job, g_step, model_key)
         if step + 1 == c.inject_nan_step:  # fault injection for tests (1-based, as logged)
           batch = batch.replace(advantages=jnp.full_like(batch.advantages, jnp.nan))
-        with jax.set_mesh(job.mesh):
-          old = batch_logprobs(job.model, batch, c.rollout.temperature)
-          if reference is not None:
-            batch = batch.replace(ref_logprobs=reference.logprobs(job.model, batch,
-                                                                  c.rollout.temperature))
-        batch = shard_batch(batch.replace(old_logprobs=old), job.mesh)
-        for _ in range(c.grpo.updates_per_batch):
-          with jax.set_mesh(job.mesh):
-            step_metrics = train_step(job.model, optimizer, batch, grpo_config)
+        step_metrics = grpo.update(job.model, optimizer, batch, grpo_config, job.mesh,
+                                   reference, epochs=c.grpo.updates_per_batch)
         metrics = {f"grpo/{k}": float(v) for k, v in {**step_metrics, **rollout_metrics}.items()}
         metrics["grpo/tokens_per_s"] = rollout_metrics["tokens"] / (
             time.perf_counter() - started)

@@ -9,8 +9,10 @@ no mesh active they are plain arrays (single-device use and tests need no mesh).
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 from flax import nnx
-from jax.sharding import AxisType
+from jax.sharding import AxisType, PartitionSpec
 
 MESH_AXES = ("data", "fsdp", "tensor")
 RULES: dict[str, str | None] = {
@@ -43,3 +45,16 @@ def logical_init(init, logical: tuple[str | None, ...]):
 def make_mesh(data: int = 1, fsdp: int = 1, tensor: int = 1):
   """A ('data', 'fsdp', 'tensor') mesh with Auto axes (see ../shared/reference/platform.md)."""
   return jax.make_mesh((data, fsdp, tensor), MESH_AXES, axis_types=(AxisType.Auto,) * 3)
+
+
+def place(param, host_array):
+  """A host array (a loaded checkpoint tensor) as `param`'s value: sharded as the parameter's
+  metadata says when it was declared under a mesh (`jax.set_mesh`), so a model loads
+  straight onto the mesh, one tensor at a time, without a whole copy on one device."""
+  current = param.get_value()  # an array, or a ShapeDtypeStruct on an abstract model
+  value = np.asarray(host_array, current.dtype)
+  names = param.get_metadata().get("out_sharding")
+  if names is None or jax.sharding.get_abstract_mesh().empty:
+    param.set_value(jnp.asarray(value))
+  else:  # a PartitionSpec places onto the mesh set by `jax.set_mesh`
+    param.set_value(jax.device_put(value, PartitionSpec(*names)))

@@ -25,6 +25,13 @@ THINK3D_SYSTEM = (
     "\"elevation_angle\": 0, \"camera_view\": false}}</tool_call>, or answer with "
     "<think>...</think><answer>the option letter</answer>.")
 
+PERIA_SYSTEM = (
+    "You answer questions about an image with tools that return new images, referring to "
+    "images by their index (the input is image 0): image_crop, draw_line, bounding_box, "
+    "image_highlight, each with a box in [0, 1000] coordinates. Reply as <think>...</think>"
+    "<action>{\"name\": \"image_crop\", \"arguments\": {\"image\": 0, \"bbox\": [420, "
+    "310, 680, 590]}}</action> or <think>...</think><answer>...</answer>.")
+
 
 def chat_prompt(system: str, user: str, image_tokens: int, num_images: int = 1) -> str:
   image = ("<|vision_start|>" + "<|image_pad|>" * image_tokens + "<|vision_end|>") * num_images

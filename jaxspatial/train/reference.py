@@ -51,6 +51,18 @@ class ReferencePolicy:
       return cls(kind)
     raise ValueError(f"ReferencePolicy: kind must be one of {KINDS}, got {kind!r}")
 
+  @classmethod
+  def frozen_for_run(cls, model, checkpointer) -> "ReferencePolicy":
+    """The run's frozen reference: the one saved with its checkpoints when resuming, else a
+    copy of the model's parameters now, saved."""
+    reference = cls.create("frozen", model)
+    saved = checkpointer.restore_reference(reference.params)
+    if saved is None:
+      checkpointer.save_reference(reference.params)
+    else:
+      reference.params = saved
+    return reference
+
   def logprobs(self, model, batch, temperature: float = 1.0) -> Array:
     """[B, S] log-probabilities of the batch's tokens under the reference."""
     graph, state = nnx.split(model)

@@ -24,7 +24,7 @@ Array = jax.Array
 @struct.dataclass
 class TrainBatch:
   """tokens, attention_mask, loss_mask [B, S]; images [B, K, H, W, 3] uint8 (the K views in
-  token order); advantages [B] (GRPO); old_logprobs, ref_logprobs [B, S] (GRPO; zeros when
+  token order); advantages [B] (GRPO) or [B, S] (per token: OR-GIGPO); old_logprobs, ref_logprobs [B, S] (GRPO; zeros when
   unused); features [B, K, F, H] (3DThinker stage 1's target features, else None)."""
   tokens: Array
   attention_mask: Array
@@ -81,7 +81,8 @@ def loss_parts(model, batch: TrainBatch, config: StepConfig):
   if config.objective == "grpo":
     logp, entropy = token_logprobs(model, batch.tokens, batch.attention_mask, batch.images,
                                    config.temperature, with_entropy=True)
-    advantages = jnp.broadcast_to(batch.advantages[:, None], logp.shape)
+    advantages = (batch.advantages if batch.advantages.ndim == 2  # per token (OR-GIGPO)
+                  else jnp.broadcast_to(batch.advantages[:, None], logp.shape))
     total, denominator, metrics = policy_loss(
         logp, batch.old_logprobs, advantages, batch.loss_mask, config.loss,
         ref_logp_BxL=batch.ref_logprobs if config.loss.beta > 0 else None, entropy_BxL=entropy)

@@ -1,5 +1,6 @@
 """The Qwen2.5-VL text decoder against transformers' PyTorch model on a tiny random model."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -332,3 +333,18 @@ def test_latent_mode_feeds_hidden_states_back_under_jit():
                         last_token=jnp.full(2, pad))
     hidden = out_hidden[:, -1]
   np.testing.assert_allclose(np.asarray(out.latents), np.stack(latents, 1), atol=1e-5)
+
+
+def test_config_built_here_round_trips_through_config_json(tmp_path):
+  from jaxspatial.models.qwen2_5_vl import Qwen25VL
+  from jaxspatial.models.qwen2_5_vl.export import save_pretrained
+  config = Qwen25VLConfig.tiny(320)
+  assert Qwen25VLConfig.from_hf(config.to_hf()) == config
+  model = Qwen25VL(config, rngs=nnx.Rngs(0))
+  save_pretrained(model, tmp_path)
+  again = Qwen25VL.from_pretrained(tmp_path)
+  assert again.config == config
+  jax.tree.map(np.testing.assert_array_equal, nnx.state(model, nnx.Param),
+               nnx.state(again, nnx.Param))
+  loaded = transformers.AutoConfig.from_pretrained(tmp_path)
+  assert loaded.text_config.num_hidden_layers == 2 and loaded.image_token_id == 314

@@ -80,6 +80,24 @@ with jax.set_mesh(mesh):
   assert adapter.lora_a[...].sharding.spec == P("fsdp", None), adapter.lora_a[...].sharding
   assert adapter.lora_b[...].sharding.spec == P(None, "tensor"), adapter.lora_b[...].sharding
 print("lora adapters sharded like their kernels")
+
+# A checkpoint loads straight onto the mesh: every tensor as its parameter declares.
+import tempfile
+from jaxspatial.models.qwen2_5_vl.export import save_pretrained
+folder = tempfile.mkdtemp()
+save_pretrained(plain, folder)
+with jax.set_mesh(mesh):
+  loaded = Qwen25VL.from_pretrained(folder)
+  want = nnx.to_pure_dict(nnx.state(Qwen25VL(config, rngs=nnx.Rngs(3)), nnx.Param))
+got_state = nnx.to_pure_dict(nnx.state(loaded, nnx.Param))
+mismatch = [(a.sharding.spec, b.sharding.spec) for a, b in zip(jax.tree.leaves(got_state),
+            jax.tree.leaves(want)) if a.sharding.spec != b.sharding.spec]
+assert not mismatch, mismatch[:3]
+assert loaded.language_model.layers[0].mlp.gate_proj.kernel[...].sharding.spec == P("fsdp", "tensor")
+with jax.set_mesh(mesh):
+  got = forward(loaded, *args, sequence_grids)
+np.testing.assert_allclose(np.asarray(got), np.asarray(expected), atol=1e-5, rtol=1e-5)
+print("checkpoint loaded onto the mesh")
 """
 
 
@@ -94,6 +112,7 @@ def test_sharded_forward_equals_unsharded():
   assert "sharded forward equals unsharded" in result.stdout
   assert "sharded projector equals unsharded" in result.stdout
   assert "lora adapters sharded like their kernels" in result.stdout
+  assert "checkpoint loaded onto the mesh" in result.stdout
 
 
 def test_rules():

@@ -95,6 +95,32 @@ class Qwen25VLConfig:
         image_token_id=vocab_size - 6, video_token_id=vocab_size - 5,
         vision_start_token_id=vocab_size - 4, vision_end_token_id=vocab_size - 3)
 
+  def to_hf(self) -> dict:
+    """A transformers `Qwen2_5_VLConfig` dict of this configuration (what `config.json` of
+    a checkpoint built here holds): `from_hf(config.to_hf()) == config`."""
+    import transformers  # pylint: disable=import-outside-toplevel
+    t, v = self.text, self.vision
+    text = dict(vocab_size=t.vocab_size, hidden_size=t.hidden_size,
+                intermediate_size=t.intermediate_size, num_hidden_layers=t.num_hidden_layers,
+                num_attention_heads=t.num_attention_heads,
+                num_key_value_heads=t.num_key_value_heads, rms_norm_eps=t.rms_norm_eps,
+                rope_scaling={"type": "mrope", "mrope_section": list(t.mrope_section),
+                              "rope_theta": t.rope_theta},
+                rope_theta=t.rope_theta, tie_word_embeddings=t.tie_word_embeddings,
+                bos_token_id=None, eos_token_id=None)  # the tokenizer holds its own ids
+    vision = dict(depth=v.depth, hidden_size=v.hidden_size,
+                  intermediate_size=v.intermediate_size, num_heads=v.num_heads,
+                  out_hidden_size=v.out_hidden_size, in_channels=v.in_channels,
+                  patch_size=v.patch_size, temporal_patch_size=v.temporal_patch_size,
+                  spatial_merge_size=v.spatial_merge_size, window_size=v.window_size,
+                  fullatt_block_indexes=list(v.fullatt_block_indexes))
+    config = transformers.Qwen2_5_VLConfig(
+        text_config=text, vision_config=vision, image_token_id=self.image_token_id,
+        video_token_id=self.video_token_id, vision_start_token_id=self.vision_start_token_id,
+        vision_end_token_id=self.vision_end_token_id,
+        tie_word_embeddings=t.tie_word_embeddings)
+    return config.to_dict()
+
   @classmethod
   def from_hf(cls, config: dict | str | pathlib.Path) -> "Qwen25VLConfig":
     """From a `config.json` dict, file or folder (transformers 4.x or 5.x layout)."""

@@ -57,10 +57,7 @@ def save_pretrained(model, folder) -> pathlib.Path:
   from safetensors.numpy import save_file  # pylint: disable=import-outside-toplevel
   folder = pathlib.Path(folder)
   folder.mkdir(parents=True, exist_ok=True)
-  config = dict(model.config.raw)
-  if not config:
-    raise ValueError("save_pretrained: the model's config has no original config.json to "
-                     "write (build it with Qwen25VLConfig.from_hf)")
+  config = dict(model.config.raw) or model.config.to_hf()  # built here: write ours
   for name, write in (("model.safetensors",
                        lambda path: save_file(state_dict(model), str(path),
                                               metadata={"format": "pt"})),

@@ -13,9 +13,8 @@ import json
 import pathlib
 import re
 
-import jax.numpy as jnp
-import numpy as np
 
+from jaxspatial.models import sharding
 from jaxspatial.models.qwen2_5_vl.text import TextModel
 
 _TEXT_PREFIXES = ("model.language_model.", "model.")
@@ -99,7 +98,7 @@ def load_text_weights(model: TextModel, folder) -> list[str]:
         if value.shape != current.shape:
           raise CheckpointError(f"{file.name}: {key} has shape {value.shape[::-1] if transpose else value.shape}, "
                                 f"expected {current.shape[::-1] if transpose else current.shape}")
-        param.set_value(jnp.asarray(np.asarray(value), current.dtype))
+        sharding.place(param, value)
         loaded.add(id(param))
   missing = [path for pid, path in expected.items() if pid not in loaded]
   if missing:

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from jaxspatial.models import sharding
 from jaxspatial.models.qwen2_5_vl.config import VisionConfig
 from jaxspatial.models.qwen2_5_vl.rope import rotate_half
 from jaxspatial.models.qwen2_5_vl.text import RMSNorm, linear
@@ -202,7 +203,7 @@ def load_vision_weights(model: VisionModel, folder) -> None:
         if value.shape != current.shape:
           raise CheckpointError(f"{file.name}: {key} does not fit: {value.shape} against "
                                 f"{current.shape} (our layout)")
-        param.set_value(jnp.asarray(value, current.dtype))
+        sharding.place(param, value)
         loaded.add(name)
   missing = sorted(set(targets) - loaded)
   if missing:

@@ -1,0 +1,61 @@
+"""The fields every agent recipe (launch/recipe.py) reads, with the CPU variant's sizes.
+
+Each paper's config (think3d_rl.py, act3d_grpo.py, peria_or_gigpo.py) starts from
+`base(name, agent, variant)`, sets its published values, and ends with `shrink_for_cpu(c)`:
+the `cpu` variant keeps the objective and shrinks the rest (a tiny random policy, the tiny
+synthetic dataset, short episodes) so the recipe runs end to end here.
+"""
+
+import ml_collections
+
+VARIANTS = ("reference", "cpu")
+
+
+def base(name: str, agent: str, variant: str) -> ml_collections.ConfigDict:
+  if variant not in VARIANTS:
+    raise ValueError(f"{name}: variant must be 'reference' or 'cpu', got {variant!r}")
+  c = ml_collections.ConfigDict()
+  c.recipe = "agent"
+  c.name = name
+  c.variant = variant
+  c.seed = 0
+  c.workdir = f"outputs/{name}" + ("_cpu" if variant == "cpu" else "")
+  c.mesh = dict(data=-1, fsdp=1, tensor=1)
+  # checkpoint: a Hugging Face Qwen2.5-VL folder; "" = a tiny random policy (cpu variant)
+  c.model = dict(checkpoint="")
+  c.agent = dict(name=agent, width=640, height=480, hfov_deg=90.0, max_images=8)
+  c.data = dict(builder="synthetic_spatial", config="base", data_dir="outputs/data",
+                build=False, train_split="train", eval_split="test", points=262_144,
+                prompt_tokens=4096)
+  c.rollout = dict(max_turns=4, max_turn_tokens=1024, temperature=1.0, top_p=1.0,
+                   constrained=False)
+  c.reward = dict(weights={})
+  # sft.trajectories: a teacher trajectory file (data_pipelines/synthetic/teachers.py), or
+  # "scripted" for the synthetic dataset's scripted teacher
+  c.sft = dict(steps=0, batch=16, learning_rate=1e-5, warmup_ratio=0.0, clip_norm=1.0,
+               weight_decay=0.0, micro_batches=1, trajectories="")
+  c.grpo = dict(steps=500, prompts=16, learning_rate=1e-6, warmup_ratio=0.0, clip_norm=1.0,
+                weight_decay=0.0, mini_batches=1, epochs=1, micro_batches=1)
+  c.eval = dict(batch=64, tasks=1024)
+  c.checkpoint = dict(every=50, keep=3)
+  c.log_every = 10
+  c.snapshot_every = 100
+  c.resume = True
+  return c
+
+
+def shrink_for_cpu(c) -> ml_collections.ConfigDict:
+  """The `cpu` variant's sizes (no-op for `reference`)."""
+  if c.variant == "cpu":
+    c.model.checkpoint = ""
+    c.agent.update(width=96, height=72)  # the tiny dataset's views (Think3D renders with them)
+    c.data.update(config="tiny", build=True, points=32_768, prompt_tokens=400)
+    c.rollout.update(max_turns=2, max_turn_tokens=72)
+    c.sft.update(steps=100, batch=8, learning_rate=3e-3, warmup_ratio=0.1,
+                 trajectories="scripted")
+    c.grpo.update(steps=10, prompts=2, learning_rate=2e-4, warmup_ratio=0.1)
+    c.eval.update(batch=16, tasks=32)
+    c.checkpoint.update(every=10, keep=2)
+    c.log_every = 5
+    c.snapshot_every = 5
+  return c

@@ -1,0 +1,85 @@
+"""Scripted teacher trajectories for the synthetic dataset: the SFT data format, and data
+that `launch.recipe` can train on without a frontier-model teacher.
+
+A trajectory file is JSON lines, one episode each:
+
+  {"scene_seed": 1234, "question": 2, "turns": ["<think>...</think><tool_call>...", ...,
+   "<think>...</think><answer>...</answer>"]}
+
+`question` indexes the scene's question list. Only the model's turns are stored: the job
+replays them through the environment (forced tokens), so observations are rendered exactly
+as in rollouts and masked from the loss (the papers' SFT: Act3D's GPT-5.4 trajectories,
+PERIA's cold-start data, converted to this form).
+
+The scripted teacher makes one tool call, then answers correctly: multiple-choice answers
+by letter (Think3D, PERIA), open answers by the answer text (Act3D).
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import numpy as np
+
+ACTIONS = {
+    "think3d": ('<tool_call>{{"name": "pi3_tool", "arguments": {{"rotation_reference_camera": 1, '
+                '"azimuth_angle": {azimuth}, "elevation_angle": 30, "camera_view": false}}}}'
+                '</tool_call>'),
+    "act3d": ('<tool_call>{{"name": "render_view_tool", "arguments": {{"action": "{turn}"}}}}'
+              '</tool_call>'),
+    "peria": ('<action>{{"name": "image_crop", "arguments": {{"image": 0, "bbox": [250, 250, '
+              '750, 750]}}}}</action>'),
+}
+
+
+def scripted_turns(agent: str, question: dict, rng: np.random.Generator) -> list[str]:
+  """One tool call, then the right answer (the dataset's question record)."""
+  if agent not in ACTIONS:
+    raise ValueError(f"scripted_turns: agent must be one of {sorted(ACTIONS)}, got {agent!r}")
+  call = ACTIONS[agent].format(azimuth=int(rng.choice([-90, -45, 45, 90])),
+                               turn=str(rng.choice(["turn_left", "turn_right"])))
+  answer = question["answer_text"] if agent == "act3d" or not question["options"] else (
+      question["answer"])
+  return [f"<think>Look from another side.</think>{call}",
+          f"<think>Now I can tell.</think><answer>{answer}</answer>"]
+
+
+def write_scripted(source, agent: str, path, seed: int = 0) -> int:
+  """Writes one scripted trajectory per question of every scene in `source` (atomically);
+  returns the count."""
+  rng = np.random.default_rng(seed)
+  path = pathlib.Path(path)
+  path.parent.mkdir(parents=True, exist_ok=True)
+  lines = []
+  for index in range(len(source)):
+    example = source[index]
+    for q_index, question in enumerate(json.loads(example["questions"])):
+      lines.append(json.dumps({"scene_seed": int(example["scene_seed"]), "question": q_index,
+                               "turns": scripted_turns(agent, question, rng)}))
+  tmp = path.with_suffix(path.suffix + ".tmp")
+  tmp.write_text("\n".join(lines) + "\n")
+  tmp.replace(path)
+  return len(lines)
+
+
+def read_trajectories(path) -> list[dict]:
+  """The records of a trajectory file; a malformed line raises naming the file and line."""
+  out = []
+  for number, line in enumerate(pathlib.Path(path).read_text().splitlines(), 1):
+    if not line.strip():
+      continue
+    try:
+      record = json.loads(line)
+      ok = (isinstance(record.get("scene_seed"), int) and isinstance(record.get("question"), int)
+            and isinstance(record.get("turns"), list) and record["turns"]
+            and all(isinstance(t, str) for t in record["turns"]))
+    except json.JSONDecodeError as error:
+      raise ValueError(f"{path}:{number}: not JSON ({error})") from None
+    if not ok:
+      raise ValueError(f"{path}:{number}: expected {{'scene_seed': int, 'question': int, "
+                       f"'turns': [str, ...]}}, got {line[:120]}")
+    out.append(record)
+  if not out:
+    raise ValueError(f"{path}: no trajectories")
+  return out

@@ -1,0 +1,94 @@
+"""One GRPO iteration after the rollout: advantages from the episodes' rewards, the old (and
+reference) log-probabilities under the parameters that sampled, then the optimizer steps
+(`epochs` passes over `mini_batches` slices; the PPO clip is active after the first).
+
+Advantages: "grpo" gives every generated token of an episode its group-normalised reward;
+"or_gigpo" gives each turn's tokens A_E + omega A_S (PERIA eq.: episode groups, and step
+groups of equal observations: the image each call produced), with an outcome reward placed
+on the episode's last turn.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+from jaxspatial.rl.advantages import group_normalize, or_gigpo_advantages, token_advantages
+from jaxspatial.train.steps import StepConfig, TrainBatch, batch_logprobs, shard_batch, train_step
+
+Array = jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class AdvantageConfig:
+  estimator: str = "grpo"       # "grpo" or "or_gigpo"
+  group_size: int = 8
+  ddof: int = 1
+  eps: float = 1e-6
+  gamma: float = 0.99           # OR-GIGPO
+  omega: float = 1.0
+  delta: float = 0.9            # text similarity threshold (image observations match exactly)
+
+
+def token_turns(trajectory, max_turn_tokens: int) -> Array:
+  """[B, S] the turn each generated token belongs to, -1 on prompt and observation slots."""
+  slots = jnp.arange(trajectory.tokens.shape[1])
+  starts = trajectory.turn_start  # [T], shared by the batch
+  inside = (slots[None, :] >= starts[:, None]) & (slots[None, :] < starts[:, None]
+                                                   + max_turn_tokens)  # [T, S]
+  turn = jnp.where(jnp.any(inside, 0), jnp.argmax(inside, 0), -1)
+  return jnp.where(trajectory.loss_mask, turn[None, :], -1)
+
+
+def advantages(trajectory, rewards_B: Array, config: AdvantageConfig,
+               max_turn_tokens: int) -> Array:
+  """[B] (GRPO) or [B, S] (OR-GIGPO) advantages; B = prompts x group_size, groups adjacent."""
+  batch = rewards_B.shape[0]
+  if batch % config.group_size:
+    raise ValueError(f"advantages: batch {batch} is not a multiple of group_size "
+                     f"{config.group_size}")
+  prompts = batch // config.group_size
+  rewards_PxG = rewards_B.reshape(prompts, config.group_size)
+  if config.estimator == "grpo":
+    return group_normalize(rewards_PxG, ddof=config.ddof, eps=config.eps).reshape(-1)
+  if config.estimator != "or_gigpo":
+    raise ValueError(f"AdvantageConfig.estimator: expected 'grpo' or 'or_gigpo', got "
+                     f"{config.estimator!r}")
+  valid = trajectory.turn_active                      # [B, T]
+  turns = valid.shape[1]
+  last = jnp.sum(valid, -1) - 1                       # the outcome lands on the last turn
+  step_rewards = jnp.where(jnp.arange(turns)[None] == last[:, None], rewards_B[:, None], 0.0)
+  hashes = trajectory.observation_hashes[:, 1:]       # the view each turn produced
+  shape = (prompts, config.group_size, turns)
+  step = or_gigpo_advantages(rewards_PxG, step_rewards.reshape(shape), valid.reshape(shape),
+                             hashes.reshape(shape), gamma=config.gamma, omega=config.omega,
+                             delta=config.delta, ddof=config.ddof, eps=config.eps)
+  return token_advantages(step.reshape(batch, turns), token_turns(trajectory, max_turn_tokens))
+
+
+def update(model, optimizer, batch: TrainBatch, config: StepConfig, mesh, reference=None,
+           mini_batches: int = 1, epochs: int = 1) -> dict:
+  """Old (and reference) log-probabilities, then `epochs` x `mini_batches` optimizer steps.
+  Returns the last step's metrics, with `finite` False if any step was refused."""
+  if batch.batch_size % mini_batches:
+    raise ValueError(f"update: batch {batch.batch_size} does not split into {mini_batches} "
+                     "mini-batches")
+  with jax.set_mesh(mesh):
+    old = batch_logprobs(model, batch, config.temperature)
+    if reference is not None:
+      batch = batch.replace(ref_logprobs=reference.logprobs(model, batch, config.temperature))
+  batch = batch.replace(old_logprobs=old)
+  size = batch.batch_size // mini_batches
+  finite = True
+  metrics = {}
+  for _ in range(epochs):
+    for part in range(mini_batches):
+      piece = jax.tree.map(lambda x: x[part * size:(part + 1) * size], batch)
+      with jax.set_mesh(mesh):
+        metrics = train_step(model, optimizer, shard_batch(piece, mesh), config)
+      finite = finite and bool(metrics["finite"])
+      if not finite:
+        return {**metrics, "finite": jnp.asarray(False)}
+  return metrics
