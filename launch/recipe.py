@@ -227,6 +227,9 @@ def evaluate(job: RecipeJob, split: str | None = None) -> dict:
   c = job.config
   config = dataclasses.replace(job.rollout_config, temperature=0.0)
   source = data_source(c, split or c.data.eval_split)
+  if c.eval.batch % jax.process_count():
+    raise ValueError(f"eval.batch {c.eval.batch} does not split over {jax.process_count()} "
+                     "processes")
   per_process = c.eval.batch // jax.process_count()
   batches = task_batches(source, per_process, shuffle=False, drop_remainder=False,
                          shard=(jax.process_index(), jax.process_count()), points=c.data.points)
@@ -287,16 +290,14 @@ def run(c) -> dict:
   job = build(c)
   train_source = data_source(c, c.data.train_split)
   group = c.advantage.group_size
-  if c.grpo.prompts % jax.process_count():
-    raise ValueError(f"grpo.prompts {c.grpo.prompts} does not split over "
-                     f"{jax.process_count()} processes")
+  for name, rows in (("grpo.prompts", c.grpo.prompts), ("sft.batch", c.sft.batch)):
+    if rows % jax.process_count():
+      raise ValueError(f"{name} {rows} does not split over {jax.process_count()} processes")
   updates = c.grpo.steps * c.grpo.epochs * c.grpo.mini_batches
   sft_opt = _optimizer_config(c.sft, max(c.sft.steps, 1))
   grpo_opt = _optimizer_config(c.grpo, max(updates, 1))
-  trainable_filter = nnx.Param
   with jax.set_mesh(job.mesh):
-    optimizer = make_optimizer(job.model, sft_opt if c.sft.steps else grpo_opt,
-                               wrt=trainable_filter)
+    optimizer = make_optimizer(job.model, sft_opt if c.sft.steps else grpo_opt)
   checkpointer = Checkpointer(workdir / "checkpoints", keep=c.checkpoint.keep,
                               best_metric="reward")
   writer = MetricWriter(workdir) if jax.process_index() == 0 else None
@@ -308,7 +309,7 @@ def run(c) -> dict:
     print(f"resumed from step {step} ({extra.get('phase')})")
     if c.sft.steps and step >= c.sft.steps:
       with jax.set_mesh(job.mesh):
-        optimizer = make_optimizer(job.model, grpo_opt, wrt=trainable_filter)
+        optimizer = make_optimizer(job.model, grpo_opt)
       checkpointer.restore(job.model, optimizer, step)
   total = c.sft.steps + c.grpo.steps
   beta = c.objective.beta
@@ -347,6 +348,10 @@ def run(c) -> dict:
       tmp = path.with_suffix(".tmp")
       tmp.write_text(json.dumps(stream.get_state()))
       tmp.replace(path)
+      kept = set(checkpointer.latest.all_steps()) | {step}
+      for old in path.parent.glob(f"*.process{jax.process_index()}.json"):
+        if int(old.name.split(".")[0]) not in kept:  # its checkpoint rotated out
+          old.unlink(missing_ok=True)
     checkpointer.save(step, job.model, optimizer, {"phase": phase, "results": results,
                                                    "seed": c.seed}, metrics, force=force)
 
@@ -399,7 +404,7 @@ def run(c) -> dict:
         if c.eval.tasks:
           results["sft"] = evaluate(job)
         with jax.set_mesh(job.mesh):
-          optimizer = make_optimizer(job.model, grpo_opt, wrt=trainable_filter)
+          optimizer = make_optimizer(job.model, grpo_opt)
         if beta > 0:
           reference = ReferencePolicy.frozen_for_run(job.model, checkpointer)
         save("grpo", force=True)

@@ -2,7 +2,8 @@
 # Multi-node GPU training under SLURM: one process per node, all of its GPUs.
 #
 #   sbatch --nodes=4 --gpus-per-node=8 launch/slurm_gpu.sh configs/act3d_grpo.py \
-#       --config.workdir=/shared/runs/act3d
+#       --config.workdir=/shared/runs/act3d --config.model.checkpoint=/shared/ckpt/qwen \
+#       --config.data.data_dir=/shared/data --config.sft.trajectories=/shared/act3d_sft.jsonl
 #
 # jax.distributed reads SLURM's variables (launch.train calls initialize_from_env), so every
 # process joins one mesh ('data', 'fsdp', 'tensor') over all GPUs; each host loads its own

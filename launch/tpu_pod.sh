@@ -1,8 +1,11 @@
 #!/bin/bash
 # Training on a Cloud TPU pod slice: the same command on every worker.
 #
-#   launch/tpu_pod.sh my-tpu us-central2-b configs/think3d_rl.py --config.workdir=gs://bucket/run
+#   launch/tpu_pod.sh my-tpu us-central2-b configs/think3d_rl.py --config.workdir=gs://bucket/run \
+#       --config.model.checkpoint=/mnt/ckpt/qwen --config.data.data_dir=/mnt/data
 #
+# The checkpoint and data paths must be readable from every worker; each worker reads only
+# its own shard of the task dataset.
 # Copies this checkout to every worker, makes its .venv there (`make .venv` via the dev
 # install), and starts launch.train on all workers at once; jax.distributed detects the pod
 # (launch.train calls initialize_from_env), so the mesh spans every chip. Use a gs:// or

@@ -1,4 +1,5 @@
-"""Each paper's objective config builds the library's option objects."""
+"""Each paper's config builds the library's option objects; the agent recipes refuse their
+full-scale variant without a pretrained checkpoint."""
 
 import importlib
 
@@ -46,3 +47,19 @@ def test_thinker3d_stage2_config_is_the_published_recipe():
   assert config.rollout.temperature == 0.9
   cpu = importlib.import_module("configs.thinker3d_stage2").get_config("cpu")
   assert cpu.objective == config.objective and cpu.init_from
+
+
+@pytest.mark.parametrize("name", ["think3d_rl", "act3d_grpo", "peria_or_gigpo"])
+def test_agent_recipes_keep_the_objective_on_cpu_and_need_a_checkpoint_at_full_scale(name):
+  from jaxspatial.train import AdvantageConfig
+  from launch import recipe
+  module = importlib.import_module(f"configs.{name}")
+  reference, cpu = module.get_config(), module.get_config("cpu")
+  assert reference.recipe == cpu.recipe == "agent"
+  assert cpu.objective == reference.objective and cpu.advantage == reference.advantage
+  AdvantageConfig(**reference.advantage)
+  assert reference.model.checkpoint == "" and reference.data.config != "tiny"
+  with pytest.raises(ValueError, match="--config.model.checkpoint"):
+    recipe.run(reference)
+  with pytest.raises(ValueError, match="variant must be 'reference' or 'cpu'"):
+    module.get_config("tpu")

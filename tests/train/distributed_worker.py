@@ -1,6 +1,8 @@
 """One process of a 2-process `jax.distributed` CPU run (tests/train/test_distributed.py):
 both processes take one GRPO step on a ('data',) mesh spanning them, each loading only its
-own half of the batch (`process_rows`, `global_batch`), and print the loss."""
+own half of the batch (`process_rows`, `global_batch`), and print the loss. Then they run
+one compiled rollout of the agent recipe (launch/recipe.py) over their own tasks and save
+their rows of it."""
 
 import sys
 
@@ -28,6 +30,44 @@ def global_array(mesh, value, spec):
   return jax.make_array_from_callback(value.shape, sharding, lambda index: value[index])
 
 
+def recipe_job(mesh):
+  """A Think3D recipe job on the tiny policy (seed 0), for `launch.recipe.rollout`."""
+  from configs import think3d_rl
+  from launch import recipe
+  c = think3d_rl.get_config("cpu")
+  c.agent.update(width=56, height=56)
+  c.rollout.update(max_turns=2, max_turn_tokens=24, temperature=0.0)
+  c.data.prompt_tokens = 300
+  job = recipe.build(c)
+  if mesh is not None:  # the same parameters, replicated over the processes' mesh
+    state = nnx.state(job.model, nnx.Param)
+    nnx.replace_by_pure_dict(state, jax.tree.map(
+        lambda x: global_array(mesh, x, PartitionSpec()), nnx.to_pure_dict(state)))
+    nnx.update(job.model, state)
+    job.mesh = mesh
+  return job
+
+
+def recipe_tasks():
+  from data_pipelines.synthetic import episodes
+  tasks, _ = episodes.act3d_tasks(4, seed=3, points=3000)
+  return tasks.replace(question_ids=np.stack([np.pad(np.frombuffer(
+      f"Which is left of box {i}? A. a B. b".encode(), np.uint8).astype(np.int32), (0, 40),
+      constant_values=-1) for i in range(4)]))
+
+
+def rollout_rows(process, mesh, out):
+  from launch import recipe
+  job = recipe_job(mesh)
+  rows = process_rows(4)
+  mine = jax.tree.map(lambda x: np.asarray(x)[rows], recipe_tasks())
+  traj = recipe.rollout(job, mine, jax.random.PRNGKey(0))
+  assert traj.tokens.shape[0] == 4 and not traj.tokens.is_fully_addressable
+  np.savez(f"{out}/rollout_{process}.npz", tokens=recipe.local(traj.tokens),
+           reward=recipe.local(traj.reward))
+  print(f"process {process}: rollout rows saved", flush=True)
+
+
 def main():
   process, count = initialize_from_env()
   assert count == 2 and jax.device_count() == 2, (count, jax.devices())
@@ -48,6 +88,7 @@ def main():
     metrics = train_step(model, optimizer, data, GRPO)
     loss = float(jax.device_get(metrics["loss"]))
   print(f"process {process}: GRPO step done, loss {loss:.7f}", flush=True)
+  rollout_rows(process, mesh, sys.argv[1])
   jax.distributed.shutdown()
   return 0
 

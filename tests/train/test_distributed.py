@@ -1,5 +1,6 @@
 """Two processes with `jax.distributed` on CPU complete a GRPO step together, with the loss
-of the same step on one device."""
+of the same step on one device; and a recipe rollout whose tasks each process loaded
+itself gives, row for row, the one-process rollout of all the tasks."""
 
 import os
 import pathlib
@@ -24,14 +25,15 @@ def _free_port() -> int:
     return s.getsockname()[1]
 
 
-def test_two_process_grpo_step():
+def test_two_process_grpo_step(tmp_path):
   port = _free_port()
   procs = []
   for i in range(2):
     env = dict(os.environ, JAX_PLATFORMS="cpu", JAX_COORDINATOR_ADDRESS=f"localhost:{port}",
                JAX_NUM_PROCESSES="2", JAX_PROCESS_ID=str(i),
                XLA_FLAGS="--xla_force_host_platform_device_count=1")
-    procs.append(subprocess.Popen([sys.executable, "-m", "tests.train.distributed_worker"],
+    procs.append(subprocess.Popen([sys.executable, "-m", "tests.train.distributed_worker",
+                                   str(tmp_path)],
                                   cwd=ROOT, env=env, stdout=subprocess.PIPE,
                                   stderr=subprocess.STDOUT, text=True))
   outputs = []
@@ -44,3 +46,14 @@ def test_two_process_grpo_step():
   optimizer = make_optimizer(model, OptimizerConfig(learning_rate=1e-2, total_steps=10))
   expected = float(train_step(model, optimizer, batch(0), GRPO)["loss"])
   np.testing.assert_allclose(losses, [expected, expected], rtol=1e-5)
+  # The recipe's rollout: each process's rows equal the one-process rollout's.
+  from launch import recipe
+  from tests.train.distributed_worker import recipe_job, recipe_tasks
+  job = recipe_job(None)
+  import jax
+  whole = recipe.rollout(job, recipe_tasks(), jax.random.PRNGKey(0))
+  for process in range(2):
+    part = np.load(tmp_path / f"rollout_{process}.npz")
+    rows = slice(2 * process, 2 * process + 2)
+    np.testing.assert_array_equal(part["tokens"], np.asarray(whole.tokens)[rows])
+    np.testing.assert_allclose(part["reward"], np.asarray(whole.reward)[rows])
