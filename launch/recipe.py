@@ -289,6 +289,12 @@ def run(c) -> dict:
   workdir.mkdir(parents=True, exist_ok=True)
   job = build(c)
   train_source = data_source(c, c.data.train_split)
+  if c.agent.name == "think3d":  # its views use the dataset cameras' intrinsics as given
+    view = tuple(np.asarray(train_source[0]["images"][0]).shape[:2])
+    if view != (c.agent.height, c.agent.width):
+      raise ValueError(f"think3d renders with the dataset's camera intrinsics, made for "
+                       f"{view[1]}x{view[0]} views: set agent.width / agent.height to those "
+                       f"(got {c.agent.width}x{c.agent.height})")
   group = c.advantage.group_size
   for name, rows in (("grpo.prompts", c.grpo.prompts), ("sft.batch", c.sft.batch)):
     if rows % jax.process_count():
@@ -302,15 +308,13 @@ def run(c) -> dict:
                               best_metric="reward")
   writer = MetricWriter(workdir) if jax.process_index() == 0 else None
   step, results = 0, {}
-  restored = checkpointer.restore(job.model, optimizer) if c.resume else None
-  if restored is not None:
-    step, extra = restored
+  if c.resume:
+    step, extra, optimizer = checkpointer.restore_phases(
+        job.model, optimizer, lambda: make_optimizer(job.model, grpo_opt, mesh=job.mesh),
+        c.sft.steps)
     results = extra.get("results", {})
-    print(f"resumed from step {step} ({extra.get('phase')})")
-    if c.sft.steps and step >= c.sft.steps:
-      with jax.set_mesh(job.mesh):
-        optimizer = make_optimizer(job.model, grpo_opt)
-      checkpointer.restore(job.model, optimizer, step)
+    if step:
+      print(f"resumed from step {step} ({extra.get('phase')})")
   total = c.sft.steps + c.grpo.steps
   beta = c.objective.beta
   reference = (ReferencePolicy.frozen_for_run(job.model, checkpointer)
@@ -319,7 +323,7 @@ def run(c) -> dict:
   stream = iter(task_batches(train_source, prompts_local, seed=c.seed, num_epochs=None,
                              shard=(jax.process_index(), jax.process_count()),
                              points=c.data.points))
-  if restored is not None and step > c.sft.steps:
+  if step > c.sft.steps:
     stream.set_state(json.loads(_data_state_path(workdir, step).read_text()))
   teacher = None
   if step < c.sft.steps:

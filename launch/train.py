@@ -241,15 +241,13 @@ def run(c) -> dict:
                               best_metric="reward")
   writer = MetricWriter(workdir)
   step, results = 0, {}
-  restored = checkpointer.restore(job.model, optimizer) if c.resume else None
-  if restored is not None:
-    step, extra = restored
+  if c.resume:
+    step, extra, optimizer = checkpointer.restore_phases(
+        job.model, optimizer, lambda: make_optimizer(job.model, grpo_opt, mesh=job.mesh),
+        c.sft.steps)
     results = extra.get("results", {})
-    print(f"resumed from step {step} ({extra.get('phase')})")
-    if step >= c.sft.steps:  # the GRPO optimizer has the same state structure
-      with jax.set_mesh(job.mesh):
-        optimizer = make_optimizer(job.model, grpo_opt)
-      checkpointer.restore(job.model, optimizer, step)
+    if step:
+      print(f"resumed from step {step} ({extra.get('phase')})")
   reference = None  # the KL term's reference: the SFT policy, frozen (only when beta > 0)
 
   def start_reference():

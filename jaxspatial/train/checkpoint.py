@@ -79,6 +79,20 @@ class Checkpointer:
     nnx.update(optimizer, optimizer_state)
     return step, restored["extra"]
 
+  def restore_phases(self, model, optimizer, second_optimizer, switch_step: int):
+    """Restores the latest checkpoint of a run whose optimizer is replaced at `switch_step`
+    (SFT, then RL with a fresh optimizer): past the switch, `second_optimizer()` builds the
+    RL optimizer and its saved state is restored into it. Returns (step, extra,
+    optimizer); (0, {}, optimizer) when there is no checkpoint."""
+    restored = self.restore(model, optimizer)
+    if restored is None:
+      return 0, {}, optimizer
+    step, extra = restored
+    if step >= switch_step:  # the second optimizer has the same state structure
+      optimizer = second_optimizer()
+      self.restore(model, optimizer, step)
+    return step, extra, optimizer
+
   def restore_params(self, model, step: int | None = None, best: bool = False) -> int | None:
     """Restores the parameters alone (another run's checkpoint, e.g. the previous stage's,
     whose optimizer differs). Returns the step, or None when there is no checkpoint."""

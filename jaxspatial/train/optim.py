@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import jax
 import optax
 from flax import nnx
 
@@ -37,9 +38,13 @@ def trainable(frozen: tuple[str, ...] = (), adapters_only: bool = False):
   return nnx.All(base, nnx.Not(nnx.Any(*(nnx.PathContains(name) for name in frozen))))
 
 
-def make_optimizer(model, config: OptimizerConfig, wrt=nnx.Param) -> nnx.Optimizer:
+def make_optimizer(model, config: OptimizerConfig, wrt=nnx.Param, mesh=None) -> nnx.Optimizer:
   """An nnx.Optimizer over the parameters `wrt` selects (see `trainable`); `train_step`
-  takes gradients with respect to the same filter."""
+  takes gradients with respect to the same filter. With `mesh`, its state is created under
+  it (sharded like the parameters), as under `jax.set_mesh(mesh)`."""
+  if mesh is not None:
+    with jax.set_mesh(mesh):
+      return make_optimizer(model, config, wrt)
   chain = [optax.clip_by_global_norm(config.clip_norm)] if config.clip_norm else []
   chain.append(optax.adamw(schedule(config), b1=config.b1, b2=config.b2,
                            weight_decay=config.weight_decay))

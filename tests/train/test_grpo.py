@@ -82,13 +82,13 @@ def test_per_token_advantages_weight_each_token():
 
   model = Qwen25VL(CONFIG, rngs=nnx.Rngs(0))
   data = batch(1)
-  config = StepConfig(objective="grpo")
-  per_row, _ = loss_parts(model, data, config)
+  loss = nnx.jit(lambda m, d: loss_parts(m, d, StepConfig(objective="grpo"))[0])
+  per_row = loss(model, data)
   spread = jnp.broadcast_to(data.advantages[:, None], data.tokens.shape)
-  per_token, _ = loss_parts(model, data.replace(advantages=spread), config)
+  per_token = loss(model, data.replace(advantages=spread))
   np.testing.assert_allclose(float(per_row), float(per_token), rtol=1e-6)
   half = spread * (jnp.arange(data.tokens.shape[1]) < data.tokens.shape[1] // 2)
-  partial, _ = loss_parts(model, data.replace(advantages=half), config)
+  partial = loss(model, data.replace(advantages=half))
   assert not np.isclose(float(partial), float(per_row))
 
 
