@@ -13,9 +13,10 @@ per-trajectory token mean then mean over G, up to 12 interactions, 640x480 rende
 Reward 0.3 judge + 0.2 EM + 0.05 judge c(tau) - 0.2 malformed (the rule judge stands in
 for the LLM judge). Cost: H200 GPUs with asynchronous vLLM rollouts in the paper.
 
-`cpu`: tiny random policy, synthetic_spatial/tiny, 20 SFT steps on the scripted teacher
+`cpu`: tiny random policy, synthetic_spatial/tiny, 100 SFT steps on the scripted teacher
 (one turn, then the answer text), 10 GRPO steps of 2 prompts x 8 in 2 mini-batches;
-about 4 minutes on a 2-core CPU.
+the three CPU recipes take
+12m49s together on a 2-core CPU (`make recipes`).
 """
 
 from configs.agent_recipe import base, shrink_for_cpu

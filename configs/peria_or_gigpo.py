@@ -13,9 +13,9 @@ R_format + R_correct (MapTrace: the paper's NDTW mapping). Here the interaction 
 on renders of the task's scene; step groups match the image each call produced. Cost:
 FSDP2 on GPU nodes, 3 epochs, in the public script.
 
-`cpu`: tiny random policy, synthetic_spatial/tiny, 20 SFT steps on the scripted teacher
-(a centre crop, then the letter), 10 OR-GIGPO steps of 4 prompts x 4; about 4 minutes on a
-2-core CPU.
+`cpu`: tiny random policy, synthetic_spatial/tiny, 100 SFT steps on the scripted teacher
+(a centre crop, then the letter), 10 OR-GIGPO steps of 4 prompts x 4; the three CPU recipes take
+12m49s together on a 2-core CPU (`make recipes`).
 """
 
 from configs.agent_recipe import base, shrink_for_cpu

@@ -10,10 +10,11 @@ temperature 0.6, accuracy 1.0 + format 1.0 rewards, no SFT. Clip, KL estimator a
 aggregation are ms-swift defaults the script does not pin (likely eps 0.2, k3): we use
 those. Cost: 8 x H200 for one epoch of 977 MindCube prompts in the paper.
 
-`cpu`: a tiny random policy (0.3M parameters) on synthetic_spatial/tiny (built on first use,
-about 20 s), 20 SFT steps on the scripted teacher (one view, then the letter; the base
-policy has never seen the tool format), 10 GRPO steps of 2 prompts x 8; about 4 minutes on
-a 2-core CPU, mostly compiling. It shows the recipe runs, not that it learns.
+`cpu`: a tiny random policy (0.20M parameters) on synthetic_spatial/tiny (built on first use,
+about 20 s), 100 SFT steps on the scripted teacher (one view, then the letter; the base
+policy has never seen the tool format), 10 GRPO steps of 2 prompts x 8; the three CPU
+recipes take 12m49s together (`make recipes`) on
+a 2-core CPU. It shows the recipe runs, not that it learns.
 """
 
 from configs.agent_recipe import base, shrink_for_cpu
