@@ -25,12 +25,12 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from jaxspatial.envs import act3d, peria, think3d
+from jaxspatial.envs import act3d, think3d
 from jaxspatial.rl.rewards import device_text
-from jaxspatial.rl.rewards.papers import (Act3DRewardConfig, Think3DRewardConfig, act3d_reward,
-                                          peria_reward)
+from jaxspatial.rl.rewards.papers import Act3DRewardConfig, Think3DRewardConfig, act3d_reward
 from jaxspatial.rollout import grammars
 from jaxspatial.rollout.automaton import Grammar
+from jaxspatial.rollout.peria_agent import PERIA_OBSERVATION, PeriaAgent  # re-exported
 
 Array = jax.Array
 
@@ -138,53 +138,3 @@ class Think3DAgent:
     reward = config.accuracy_weight * correct + config.format_weight * answered
     return reward, {"correct": correct.astype(jnp.float32),
                     "malformed": (malformed | ~answered).astype(jnp.float32)}
-
-
-PERIA_OBSERVATION = ("<|im_end|>\n<|im_start|>user\nTool executed successfully.\nObservation {:d}:\n"
-                     "<|vision_start|><|image_pad|><|vision_end|><|im_end|>\n<|im_start|>assistant\n")
-
-
-@dataclasses.dataclass(frozen=True)
-class PeriaAgent:
-  """PERIA: interaction tools on the episode's image list (crop, line, box, highlight), then
-  an answer: an option letter for multiple-choice tasks, else a phrase judged against the
-  reference. R_format + R_correct on device; R_rep is the host's (it needs the text)."""
-  params: peria.PeriaParams = peria.PeriaParams()
-
-  @functools.cached_property
-  def grammar(self) -> Grammar:
-    return grammars.peria(self.params.max_images, int(self.params.scale))
-
-  @property
-  def image_size(self) -> tuple[int, int]:
-    return self.params.height, self.params.width
-
-  @property
-  def observation(self) -> str:
-    return PERIA_OBSERVATION
-
-  def reset(self, key, task):
-    obs, state = peria.reset(key, task, self.params)
-    return obs.image, obs.index[None].astype(jnp.float32), state
-
-  def step(self, key, state, parsed, answered):
-    tool, _ = parsed.field(self.grammar, "tool")
-    image, _ = parsed.field(self.grammar, "image")
-    box = jnp.stack([parsed.field(self.grammar, f"bbox{i}")[0] for i in range(4)])
-    action = peria.PeriaAction.create(jnp.where(answered, peria.STOP, peria.TOOL),
-                                      tool.astype(jnp.int32), image.astype(jnp.int32), box)
-    obs, state, _, _, info = peria.step(key, state, action, self.params)
-    return obs.image, obs.index[None].astype(jnp.float32), state, info["invalid"]
-
-  def reward(self, state, task, answer_bytes, answered, malformed, judge=None):
-    del malformed  # a truncated episode (calls, no answer) scores 0, a broken one -1
-    prediction = jnp.where(answered, answer_bytes, -1)
-    letter = device_text.option_letter(prediction, 0, prediction.shape[-1])
-    verdict = (device_text.rule_judge(prediction, task.answer_ids) if judge is None
-               else judge)
-    correct = answered & jnp.where(task.answer_choice >= 0,
-                                   (letter >= 0) & (letter == task.answer_choice), verdict)
-    reward = peria_reward(answered, state.calls, correct)
-    return reward, {"correct": correct.astype(jnp.float32),
-                    "format": reward - correct,
-                    "interactions": state.calls.astype(jnp.float32)}
