@@ -43,7 +43,7 @@ def main():
   tok = tiny.tokenizer()
   model = Qwen25VL(tiny.model_config(tok), rngs=nnx.Rngs(0))
   agent = agents.Act3DAgent(act3d.Act3DParams(width=112, height=84, grounding_min_pixels=5,
-                                              max_interactions=args.turns))
+                                              max_interactions=args.turns - 1))
   automaton = am.compile_token_automaton(agent.grammar, tok, model.config.text.vocab_size)
   n_image = episode.image_tokens(model, agent.image_size)
   template = observation.compile_template(tok, agent.observation, n_image)

@@ -218,7 +218,7 @@ class TeacherData:
       tasks.append(found[question][0])
     forced = episode.forced_tokens(job.tokenizer, [t for _, _, t in chosen], job.rollout_config)
     traj = rollout(job, _stack(tasks), jax.random.PRNGKey(step), forced=forced)
-    return TrainBatch.from_trajectory(traj, job.rollout_config.max_turns)
+    return TrainBatch.from_trajectory(traj)
 
 
 def evaluate(job: RecipeJob, split: str | None = None) -> dict:
@@ -373,9 +373,8 @@ def run(c) -> dict:
         tasks = jax.tree.map(lambda x: np.repeat(x, group, axis=0), tasks)
         traj = rollout(job, tasks, jax.random.fold_in(key, step))
         rewards = episode_rewards(job, traj)
-        advantages = grpo.advantages(traj, rewards, advantage_config,
-                                     job.rollout_config.max_turn_tokens)
-        batch = TrainBatch.from_trajectory(traj, job.rollout_config.max_turns, advantages)
+        advantages = grpo.advantages(traj, rewards, advantage_config)
+        batch = TrainBatch.from_trajectory(traj, advantages)
         step_metrics = grpo.update(job.model, optimizer, batch, grpo_config, job.mesh,
                                    reference, c.grpo.mini_batches, c.grpo.epochs)
         rollout_metrics = traj.metrics()

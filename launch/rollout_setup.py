@@ -42,7 +42,7 @@ def build(c) -> RolloutSetup:
     model = Qwen25VL(tiny.model_config(tok), rngs=nnx.Rngs(c.seed))
   agent = agents.Act3DAgent(act3d.Act3DParams(width=c.width, height=c.height,
                                               grounding_min_pixels=5,
-                                              max_interactions=c.max_turns))
+                                              max_interactions=c.max_turns - 1))
   automaton = am.compile_token_automaton(agent.grammar, tok, model.config.text.vocab_size)
   n_image = episode.image_tokens(model, agent.image_size)
   template = observation.compile_template(tok, agent.observation, n_image)

@@ -141,7 +141,7 @@ def sft_dataset(job: Job) -> TrainBatch:
     scripts = [look_around.expert_turns(q, rng) for q in questions]
     forced = episode.forced_tokens(job.tokenizer, scripts, job.rollout_config)
     traj = _rollout(job, tasks, ids, mask, jax.random.PRNGKey(start), forced=forced)
-    parts.append(jax.device_get(TrainBatch.from_trajectory(traj, job.rollout_config.max_turns)))
+    parts.append(jax.device_get(TrainBatch.from_trajectory(traj)))
   return jax.tree.map(lambda *x: np.concatenate(x), *parts)
 
 
@@ -187,7 +187,7 @@ def _grpo_batch(job: Job, step: int, model_key):
   traj = _rollout(job, tasks, ids, mask, jax.random.fold_in(model_key, step))
   rewards = traj.reward
   advantages = group_normalize(rewards.reshape(c.grpo.prompts, c.grpo.group)).reshape(-1)
-  batch = TrainBatch.from_trajectory(traj, job.rollout_config.max_turns, advantages)
+  batch = TrainBatch.from_trajectory(traj, advantages)
   explore = np.asarray([q.needs_exploration for q in questions])
   judge = np.asarray(traj.reward_components["judge"])
   moved = np.asarray(traj.reward_components["interactions"]) > 0

@@ -261,6 +261,8 @@ def step(key: Array, state: Act3DState, action: Act3DAction,
 
   reward is 0: Act3D's reward needs the final answer and the judge, and is
   computed from the episode by `jaxspatial.rl` from `info` and the answer.
+  done: the episode accepts no further action: it stopped, or a move came after the
+  `max_interactions` allowed (that move is invalid; a stop after the last move is not).
   info: invalid (the state did not change), multiplier, objects_seen,
   newly_seen, grounded, num_interactions.
   """
@@ -271,7 +273,11 @@ def step(key: Array, state: Act3DState, action: Act3DAction,
   task = state.task
   box_min, box_max = scene_box(task, params)
   is_stop = action.primitive == STOP
-  valid = action_is_valid(action, params) & ~state.done
+  # max_interactions moves, then only stop(answer): a move past the budget is refused and
+  # ends the episode without an answer.
+  exhausted = state.num_interactions >= params.max_interactions
+  past_budget = ~state.done & ~is_stop & exhausted
+  valid = action_is_valid(action, params) & ~state.done & (is_stop | ~exhausted)
   if params.parameterization == "relative":
     position, forward, n = relative_dynamics(state.position, state.forward, action, params,
                                               box_min, box_max)
@@ -284,7 +290,7 @@ def step(key: Array, state: Act3DState, action: Act3DAction,
   forward = jnp.where(moves, forward, state.forward)
   num_interactions = state.num_interactions + moves.astype(jnp.int32)
   stopped = state.stopped | (valid & is_stop)
-  done = state.done | stopped | (num_interactions >= params.max_interactions)
+  done = state.done | stopped | past_budget
 
   obs, seen_now = _observe(task, position, forward, num_interactions, params)
   seen_now = seen_now & moves

@@ -9,7 +9,8 @@ OR-GIGPO (PERIA, section 4 of ../shared/reference/peria.md):
        prompt) whose observation matches o_t: images by an exact hash of their pixels,
        texts by 2M / (|a| + |b|) >= delta with M the longest common subsequence of token
        ids. The group's discounted returns R_t = sum_k gamma^(k-t) r_k are normalised;
-       a step whose group is itself alone gets A_S = 0. Plain GiGPO is delta = 1.
+       a step whose group is itself alone, or whose group's returns are all equal, gets
+       A_S = 0 (as `group_normalize`). Plain GiGPO is delta = 1.
 The step group is the set of steps matching *this* step's observation (the paper's
 G_S(q, o)), so it is order-independent; greedy clustering (the verl-agent skeleton)
 is not.
@@ -165,13 +166,19 @@ def or_gigpo_advantages(episode_rewards_PxG: Array, step_rewards_PxGxT: Array,
   returns = discounted_returns(step_rewards_PxGxT, step_valid_PxGxT, gamma)
 
   def per_prompt(returns_GxT, valid_GxT, hashes, ids, lens):
-    match = step_match_matrix(hashes, ids, lens, valid_GxT, delta).astype(returns_GxT.dtype)
+    match = step_match_matrix(hashes, ids, lens, valid_GxT, delta)
     values = returns_GxT.reshape(-1)
-    count = jnp.sum(match, axis=-1)
-    mean = (match @ values) / jnp.maximum(count, 1.0)
-    var = jnp.sum(match * (values[None, :] - mean[:, None]) ** 2, axis=-1) / jnp.maximum(
-        count - ddof, 1.0)
-    step_adv = jnp.where(count > 1, (values - mean) / (jnp.sqrt(var) + eps), 0.0)
+    members = jnp.where(match, values[None, :], 0.0)
+    count = jnp.sum(match, axis=-1).astype(values.dtype)
+    # Group sums elementwise, never as `match @ values`: a matmul runs in bf16 passes on TPU
+    # and TF32 on H100/H200 by default, and its rounding would become a signal.
+    mean = jnp.sum(members, axis=-1) / jnp.maximum(count, 1.0)
+    highest = jnp.max(jnp.where(match, values[None, :], -jnp.inf), axis=-1)
+    lowest = jnp.min(jnp.where(match, values[None, :], jnp.inf), axis=-1)
+    centred = jnp.where(highest == lowest, 0.0, values - mean)  # equal returns: exactly 0
+    var = jnp.sum(jnp.where(match, (values[None, :] - mean[:, None]) ** 2, 0.0),
+                  axis=-1) / jnp.maximum(count - ddof, 1.0)
+    step_adv = jnp.where(count > 1, centred / (jnp.sqrt(var) + eps), 0.0)
     return step_adv.reshape(returns_GxT.shape)
 
   none_or = lambda x: 0 if x is not None else None

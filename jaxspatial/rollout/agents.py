@@ -4,9 +4,17 @@ message, how a parsed turn becomes an environment action, and its reward.
 An agent is a frozen dataclass (static under jit). Its functions act on one episode; the
 loop vmaps them.
 
-  reset(key, task)                    -> (image, numbers, env_state)
-  step(key, env_state, parsed, answered) -> (image, numbers, env_state, invalid)
+  reset(key, task)                    -> (images [N, H, W, 3] or image, numbers, env_state)
+  step(key, env_state, parsed, answered) -> (image, numbers, env_state, invalid, done)
   reward(env_state, task, answer, answered, malformed, judge) -> (reward, components)
+  max_calls                           the environment's tool-call budget: the loop's
+                                      max_turns must be max_calls + 1 (the last turn answers)
+  observation                         the message template after a call (a string, or a
+                                      tuple of variants with `observation_variant`)
+  observation_variant(invalid, format_error, next_is_final) -> int   (optional) the
+                                      message variant an episode shows after this turn
+  continue_on_format_error            (optional, False) a malformed turn gets a
+                                      format-error message and the episode goes on
 
 `answer` is the content of the final turn's first <answer>...</answer> as bytes (-1
 padded); `answered` says the episode ended with a well-formed answer turn, `malformed`
@@ -54,6 +62,10 @@ class Act3DAgent:
     return self.params.height, self.params.width
 
   @property
+  def max_calls(self) -> int:
+    return self.params.max_interactions
+
+  @property
   def observation(self) -> str:
     return TOOL_RESPONSE.format(body="Camera at ({}, {}, {}), looking at ({}, {}, {}).")
 
@@ -68,23 +80,49 @@ class Act3DAgent:
     action = act3d.Act3DAction(primitive=primitive, distance=distance,
                                has_distance=has_distance, position=jnp.zeros(3),
                                look_at=jnp.zeros(3))
-    obs, state, _, _, info = act3d.step(key, state, action, self.params)
-    return (obs.image, jnp.concatenate([obs.position, obs.look_at]), state, info["invalid"])
+    obs, state, _, done, info = act3d.step(key, state, action, self.params)
+    return (obs.image, jnp.concatenate([obs.position, obs.look_at]), state, info["invalid"],
+            done)
 
   def reward(self, state, task, answer_bytes, answered, malformed, judge=None):
-    prediction = jnp.where(answered, answer_bytes, -1)
-    exact = device_text.exact_match(prediction, task.answer_ids)
-    verdict = (device_text.rule_judge(prediction, task.answer_ids) if judge is None
-               else judge)
-    space = jnp.zeros(prediction.shape, bool)
+    """Eqs. 8-9. The prediction is the final turn's answer; `reward_config.format_rule`
+    "paper": R_fmt = 1 for a missing or empty answer (the paper's "malformed output"), and
+    any non-empty answer is judged; "grammar": only an answer in a well-formed final turn
+    counts, and every other ending is malformed. R_EM and the rule judge take any of the
+    task's reference answers; a host judge's verdict counts only with a prediction."""
+    config = self.reward_config
+    space = jnp.zeros(answer_bytes.shape, bool)
     for byte in device_text.WHITESPACE:
-      space |= prediction == byte
-    empty = ~jnp.any((prediction >= 0) & ~space)  # "missing or empty answer"
-    bad = malformed | ~answered | empty
-    grounded = (jnp.any(task.answer_objects >= 0)
-                & jnp.all(state.objects_seen | (task.answer_objects < 0)))
-    reward = act3d_reward(verdict, exact, bad, state.num_interactions, grounded,
-                          self.reward_config)
+      space |= answer_bytes == byte
+    nonempty = jnp.any((answer_bytes >= 0) & ~space)
+    if config.format_rule == "paper":
+      has_prediction = nonempty
+      bad = ~nonempty
+    elif config.format_rule == "grammar":
+      has_prediction = answered & nonempty
+      bad = malformed | ~has_prediction
+    else:
+      raise ValueError(f"Act3DRewardConfig.format_rule: expected 'paper' or 'grammar', got "
+                       f"{config.format_rule!r}")
+    prediction = jnp.where(has_prediction, answer_bytes, -1)
+    references = task.answer_ids if task.answer_ids.ndim == 2 else task.answer_ids[None]
+    real = references[:, 0] >= 0
+    exact = jnp.any(real & jax.vmap(lambda r: device_text.exact_match(prediction, r))(
+        references))
+    if judge is None:
+      verdict = jnp.any(real & jax.vmap(lambda r: device_text.rule_judge(prediction, r))(
+          references))
+    else:
+      verdict = judge & has_prediction
+    objects = task.answer_objects >= 0
+    if config.grounding == "all":
+      grounded = jnp.any(objects) & jnp.all(state.objects_seen | ~objects)
+    elif config.grounding == "any":
+      grounded = jnp.any(state.objects_seen & objects)
+    else:
+      raise ValueError(f"Act3DRewardConfig.grounding: expected 'all' or 'any', got "
+                       f"{config.grounding!r}")
+    reward = act3d_reward(verdict, exact, bad, state.num_interactions, grounded, config)
     return reward, {"judge": verdict.astype(jnp.float32), "exact_match": exact.astype(jnp.float32),
                     "malformed": bad.astype(jnp.float32), "grounded": grounded.astype(jnp.float32),
                     "interactions": state.num_interactions.astype(jnp.float32)}
@@ -107,6 +145,10 @@ class Think3DAgent:
     return self.params.height, self.params.width
 
   @property
+  def max_calls(self) -> int:
+    return self.params.max_rounds
+
+  @property
   def observation(self) -> str:
     return TOOL_RESPONSE.format(body="View of camera {} at azimuth {}, elevation {}.")
 
@@ -127,8 +169,8 @@ class Think3DAgent:
     action = think3d.Think3DAction.create(
         jnp.where(answered, think3d.STOP, think3d.VIEW), camera.astype(jnp.int32) - 1, azimuth,
         elevation, jnp.where(ego > 0, think3d.EGO, think3d.GLOBAL))
-    obs, state, _, _, info = think3d.step(key, state, action, self.params)
-    return obs.image, self._numbers(obs), state, info["invalid"]
+    obs, state, _, done, info = think3d.step(key, state, action, self.params)
+    return obs.image, self._numbers(obs), state, info["invalid"], done
 
   def reward(self, state, task, answer_bytes, answered, malformed, judge=None):
     del state, judge

@@ -175,22 +175,64 @@ def _answer_bytes(automaton: TokenAutomaton, tokens_T: Array, count: Array) -> A
   return jnp.where(found & inside, window, -1)
 
 
+# Step keys of turns that produced no image (OR-GIGPO pools steps by the observation each
+# produced: an answer, a malformed turn and a rejected call each get their own key rather
+# than the hash of whatever image the environment returned).
+ANSWER_KEY, MALFORMED_KEY, REJECTED_KEY = (jnp.uint32(0x9E3779B1), jnp.uint32(0x85EBCA77),
+                                           jnp.uint32(0xC2B2AE3D))
+
+
+def check_turn_budget(agent, config: RolloutConfig) -> None:
+  """The loop's turns and the environment's tool budget must agree: `max_calls` tool calls,
+  then one turn to answer. With fewer turns the loop would silently cut the paper's budget;
+  with more, turns past the budget could only be rejected calls."""
+  budget = getattr(agent, "max_calls", None)
+  if budget is not None and config.max_turns != budget + 1:
+    raise ValueError(
+        f"RolloutConfig.max_turns is {config.max_turns}, but {type(agent).__name__} allows "
+        f"{budget} tool calls and then the answer: max_turns must be {budget + 1} (or set the "
+        "environment's budget to max_turns - 1)")
+
+
+def _prompt_views(images):
+  """[B, N, H, W, 3]: an agent's reset may return one view [B, H, W, 3] or N."""
+  return images if images.ndim == 5 else images[:, None]
+
+
+def _observation_variant(agent, invalid, format_error, next_is_final):
+  choose = getattr(agent, "observation_variant", None)
+  if choose is None:
+    return jnp.zeros(invalid.shape, jnp.int32)
+  return jax.vmap(choose, in_axes=(0, 0, None))(invalid, format_error, next_is_final).astype(
+      jnp.int32)
+
+
 def rollout(model, agent, automaton: TokenAutomaton, template: ObservationTemplate, tasks,
             prompt_ids_BxL: Array, prompt_mask_BxL: Array, key: Array, config: RolloutConfig,
             judge: Callable | None = None, forced_BxTxN: Array | None = None) -> Trajectory:
-  """Runs B episodes. `tasks` is a batch of `Task`s; the prompt holds the first view's
-  image tokens (`image_tokens(model, agent.image_size)` of them). Jit it with `nnx.jit`
-  and `agent`, `template`, `config`, `judge` static (see `compile_rollout`).
+  """Runs B episodes. `tasks` is a batch of `Task`s; the prompt holds the image tokens of
+  the N views `agent.reset` returns (N x `image_tokens(model, agent.image_size)`, in order;
+  views the prompt masks still take their slots). Jit it with `nnx.jit` and `agent`,
+  `template`, `config`, `judge` static (see `compile_rollout`).
+
+  An episode ends with an answer, a malformed turn (unless the agent's
+  `continue_on_format_error`: then a format-error observation follows), a tool call in its
+  last turn, or when the environment says it is done. `config.max_turns` must be the
+  agent's `max_calls` + 1 (`check_turn_budget`).
 
   `forced_BxTxN` (optional, [B, max_turns, max_turn_tokens]): token ids that replace the
   samples where >= 0 (scripted policies, replaying a trajectory, teacher forcing); their
-  log-probabilities are still the policy's. `judge(answer [B, A], reference [B, La]) ->
-  bool [B]` runs on the host at the end (an LLM judge) and replaces the rule judge."""
+  log-probabilities are still the policy's. `judge(question [B, Lq], answer [B, A],
+  references [B, R, La]) -> bool [B]` runs on the host at the end (an LLM judge) and
+  replaces the rule judge; its verdict counts only for episodes that answered."""
+  check_turn_budget(agent, config)
   batch, prompt_length = prompt_ids_BxL.shape
   turns = config.max_turns
   reset_keys = jax.random.split(jax.random.fold_in(key, 2 ** 20), batch)
-  image, numbers, env_state = jax.vmap(agent.reset)(reset_keys, tasks)
-  pixels, grids, sequence_grids = _vision_inputs(model, image)
+  prompt_images, numbers, env_state = jax.vmap(agent.reset)(reset_keys, tasks)
+  prompt_images = _prompt_views(prompt_images)
+  views = prompt_images.shape[1]
+  pixels, grids, sequence_grids = batch_vision_inputs(model.config.vision, prompt_images)
   size = capacity(prompt_length, template, config)
   dstate, logits = prefill(model, prompt_ids_BxL, prompt_mask_BxL, size,
                            jnp.dtype(config.cache_dtype), pixels, grids, sequence_grids)
@@ -200,10 +242,14 @@ def rollout(model, agent, automaton: TokenAutomaton, template: ObservationTempla
   num_fields = len(automaton.grammar.fields)
   answer_option = automaton.grammar.option("kind", b"<answer>")
   height, width = agent.image_size
+  continue_on_format_error = bool(getattr(agent, "continue_on_format_error", False))
+  shows_image = jnp.asarray([v.has_image for v in template.variants])
   record = dict(
-      images=jnp.zeros((batch, turns + 1, height, width, 3), jnp.uint8).at[:, 0].set(image),
-      image_given=jnp.zeros((batch, turns + 1), bool).at[:, 0].set(True),
+      images=jnp.zeros((batch, views + turns, height, width, 3), jnp.uint8).at[:, :views].set(
+          prompt_images),
+      image_given=jnp.zeros((batch, views + turns), bool).at[:, :views].set(True),
       turn_start=jnp.zeros(turns, jnp.int32),
+      turn_end=jnp.zeros(turns, jnp.int32),
       turn_length=jnp.zeros((batch, turns), jnp.int32),
       turn_active=jnp.zeros((batch, turns), bool),
       turn_valid=jnp.zeros((batch, turns), bool),
@@ -213,8 +259,9 @@ def rollout(model, agent, automaton: TokenAutomaton, template: ObservationTempla
       action_present=jnp.zeros((batch, turns, num_fields), bool),
       observation_numbers=jnp.zeros((batch, turns + 1, template.num_numbers),
                                     jnp.float32).at[:, 0].set(numbers),
+      observation_variant=jnp.zeros((batch, turns), jnp.int32),
       observation_hashes=jnp.zeros((batch, turns + 1), jnp.uint32).at[:, 0].set(
-          jax.vmap(image_hash)(image)),
+          jax.vmap(image_hash)(prompt_images[:, 0])),
       answer=jnp.full((batch, ANSWER_BYTES), -1, jnp.int32),
       malformed=jnp.zeros(batch, bool))
 
@@ -229,47 +276,63 @@ def rollout(model, agent, automaton: TokenAutomaton, template: ObservationTempla
         forced_BxTxN, turn, axis=1, keepdims=False)
     dstate, logits, tokens_T, states_T, count, final_state, buffers = _decode_turn(
         model, automaton, config, turn, key, dstate, logits, running, buffers, forced)
+    turn_end = dstate.next_slot
     parsed = jax.vmap(lambda t, s, n, f: parse_turn(automaton, t, s, n, f))(
         tokens_T, states_T, count, final_state)
     kind = parsed.values[:, automaton.grammar.field_id("kind") - 1]
     answered = running & parsed.valid & (kind == answer_option)
     call = running & parsed.valid & (kind != answer_option)
     last_turn = turn == turns - 1
-    ended_badly = running & (~parsed.valid | (call & last_turn))
+    format_error = running & ~parsed.valid
+    retry = format_error & ~last_turn & continue_on_format_error
     step_keys = jax.random.split(jax.random.fold_in(jax.random.fold_in(key, 2 ** 21), turn), batch)
-    image, numbers, new_env, env_invalid = jax.vmap(
-        lambda k, s, p, a: agent.step(k, s, p, a))(step_keys, env_state, parsed,
-                                                              answered)
+    image, numbers, new_env, env_invalid, env_done = jax.vmap(
+        lambda k, s, p, a: agent.step(k, s, p, a))(step_keys, env_state, parsed, answered)
     acted = call | answered
     env_state = jax.tree.map(
         lambda new, old: jnp.where(acted.reshape((-1,) + (1,) * (new.ndim - 1)), new, old),
         new_env, env_state)
-    continuing = call & ~last_turn
+    rejected = call & env_invalid
+    env_done = acted & env_done
+    # A call the environment refused for good (past its budget) ends the episode badly,
+    # like a call in the last turn.
+    ended_badly = (format_error & ~retry) | (call & (last_turn | (rejected & env_done)))
+    continuing = (call & ~last_turn & ~env_done) | retry
     answer_now = jax.vmap(lambda t, n: _answer_bytes(automaton, t, n))(tokens_T, count)
     finishing = answered | ended_badly
+    variant = _observation_variant(agent, rejected, retry, turn + 1 == turns - 1)
+    step_key = jnp.where(answered, ANSWER_KEY, jnp.where(
+        format_error, MALFORMED_KEY, jnp.where(rejected, REJECTED_KEY,
+                                               jax.vmap(image_hash)(image))))
 
     at = lambda array, value: array.at[:, turn].set(value)
     record = dict(
         record,
-        images=record["images"].at[:, turn + 1].set(image),
-        image_given=record["image_given"].at[:, turn + 1].set(continuing),
+        images=record["images"].at[:, views + turn].set(image),
+        image_given=record["image_given"].at[:, views + turn].set(
+            continuing & shows_image[variant]),
         turn_start=record["turn_start"].at[turn].set(turn_slot),
+        turn_end=record["turn_end"].at[turn].set(turn_end),
         turn_length=at(record["turn_length"], jnp.where(running, count, 0)),
         turn_active=at(record["turn_active"], running),
         turn_valid=at(record["turn_valid"], running & parsed.valid),
         turn_answer=at(record["turn_answer"], answered),
-        env_invalid=at(record["env_invalid"], call & env_invalid),
+        env_invalid=at(record["env_invalid"], rejected),
         action_values=at(record["action_values"], parsed.values),
         action_present=at(record["action_present"], parsed.present),
         observation_numbers=record["observation_numbers"].at[:, turn + 1].set(numbers),
+        observation_variant=at(record["observation_variant"], variant),
         observation_hashes=record["observation_hashes"].at[:, turn + 1].set(
-            jax.vmap(image_hash)(image)),
+            jnp.where(running, step_key, 0)),
         answer=jnp.where(finishing[:, None], answer_now, record["answer"]),
         malformed=record["malformed"] | ended_badly)
 
+    def message(numbers, variant):
+      return jax.vmap(lambda n, v: observation_tokens(template, n, v))(numbers, variant)
+
     def observe(args):
       dstate, logits, buffers = args
-      ids, mask = jax.vmap(lambda n: observation_tokens(template, n))(numbers)
+      ids, mask = message(numbers, variant)
       mask = mask & continuing[:, None]
       pixels, grids, sequence_grids = _vision_inputs(model, image)
       slot = dstate.next_slot
@@ -281,9 +344,9 @@ def rollout(model, agent, automaton: TokenAutomaton, template: ObservationTempla
 
     def skip(args):
       # Nobody continues: no compute, but the message's tokens are still laid out (masked)
-      # so that every trajectory holds max_turns image groups (static shapes for training).
+      # so that every trajectory holds the same image groups (static shapes for training).
       dstate, logits, buffers = args
-      ids, _ = jax.vmap(lambda n: observation_tokens(template, n))(numbers)
+      ids, _ = message(numbers, variant)
       slot = dstate.next_slot
       tokens, attention, loss, logprobs = buffers
       written = jax.lax.dynamic_update_slice(tokens, ids, (0, slot))
@@ -306,9 +369,10 @@ def rollout(model, agent, automaton: TokenAutomaton, template: ObservationTempla
   answered = jnp.any(record["turn_answer"], -1)
   verdict = None
   if judge is not None:
+    references = tasks.answer_ids if tasks.answer_ids.ndim == 3 else tasks.answer_ids[:, None]
     verdict = jax.experimental.io_callback(
-        judge, jax.ShapeDtypeStruct((batch,), jnp.bool_), record["answer"], tasks.answer_ids,
-        ordered=False)
+        judge, jax.ShapeDtypeStruct((batch,), jnp.bool_), tasks.question_ids, record["answer"],
+        references, ordered=False) & answered
   reward, components = jax.vmap(
       lambda s, t, a, ok, bad, v: agent.reward(s, t, a, ok, bad, v),
       in_axes=(0, 0, 0, 0, 0, None if verdict is None else 0))(
@@ -316,11 +380,13 @@ def rollout(model, agent, automaton: TokenAutomaton, template: ObservationTempla
   return Trajectory(
       tokens=tokens, attention_mask=attention, loss_mask=loss, logprobs=logprobs,
       images=record["images"], image_given=record["image_given"],
-      turn_start=record["turn_start"], turn_length=record["turn_length"],
+      turn_start=record["turn_start"], turn_end=record["turn_end"],
+      turn_length=record["turn_length"],
       turn_active=record["turn_active"], turn_valid=record["turn_valid"],
       turn_answer=record["turn_answer"], env_invalid=record["env_invalid"],
       action_values=record["action_values"], action_present=record["action_present"],
       observation_numbers=record["observation_numbers"],
+      observation_variant=record["observation_variant"],
       observation_hashes=record["observation_hashes"], answer=record["answer"], reward=reward,
       reward_components=components)
 

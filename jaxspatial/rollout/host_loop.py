@@ -19,15 +19,16 @@ from jaxspatial.rl.rewards.papers import act3d_reward_text, think3d_reward_text
 from jaxspatial.rollout import agents as agent_lib
 from jaxspatial.rollout import host_parse
 from jaxspatial.rollout.automaton import token_bytes
-from jaxspatial.rollout.episode import (RolloutConfig, _vision_inputs, capacity, force,
-                                        sample_token)
+from jaxspatial.models.qwen2_5_vl.preprocess import batch_vision_inputs
+from jaxspatial.rollout.episode import (RolloutConfig, _prompt_views, _vision_inputs, capacity,
+                                        check_turn_budget, force, sample_token)
 from jaxspatial.rollout.observation import ObservationTemplate, observation_tokens_host
 from jaxspatial.rollout.parse import ParsedTurn
 
 
 @nnx.jit(static_argnames=("size", "dtype"))
 def _prefill(model, ids, mask, images, size, dtype):
-  pixels, grids, sequence_grids = _vision_inputs(model, images)
+  pixels, grids, sequence_grids = batch_vision_inputs(model.config.vision, images)
   return prefill(model, ids, mask, size, jnp.dtype(dtype), pixels, grids, sequence_grids)
 
 
@@ -102,6 +103,9 @@ def host_rollout(model, agent, tokenizer, template: ObservationTemplate, tasks, 
   action_present, reward, ...) and `turn_text` (each episode's turns as bytes)."""
   if config.constrained:
     raise ValueError("host_rollout: the host loop decodes parse-only (constrained=False)")
+  check_turn_budget(agent, config)
+  retry_format_errors = bool(getattr(agent, "continue_on_format_error", False))
+  choose_variant = getattr(agent, "observation_variant", None)
   pieces, _ = token_bytes(tokenizer)
   grammar = agent.grammar
   parse = _parser(agent)
@@ -111,9 +115,11 @@ def host_rollout(model, agent, tokenizer, template: ObservationTemplate, tasks, 
   size = capacity(prompt_length, template, config)
   step_env = jax.jit(agent.step)
   reset_keys = jax.random.split(jax.random.fold_in(key, 2 ** 20), batch)
-  images, numbers, env_state = jax.jit(jax.vmap(agent.reset))(reset_keys, tasks)
+  prompt_images, numbers, env_state = jax.jit(jax.vmap(agent.reset))(reset_keys, tasks)
+  prompt_images = _prompt_views(prompt_images)
+  images = prompt_images[:, 0]
   dstate, logits = _prefill(model, jnp.asarray(prompt_ids), jnp.asarray(prompt_mask),
-                            images, size, config.cache_dtype)
+                            prompt_images, size, config.cache_dtype)
   tokens = np.full((batch, size), config.pad_token, np.int32)
   tokens[:, :prompt_length] = prompt_ids
   attention = np.zeros((batch, size), bool)
@@ -159,12 +165,13 @@ def host_rollout(model, agent, tokenizer, template: ObservationTemplate, tasks, 
         closed = token[b] in eos or any(s in text[b] for s in stops)
         if closed or k + 1 == config.max_turn_tokens:
           ended[b] = True
-    next_numbers, next_images = [], []
+    next_numbers, next_images, variants = [], [], []
     continuing = np.zeros(batch, bool)
     for b in range(batch):
       if not running[b]:
         next_numbers.append(np.zeros(template.num_numbers, np.float32))
         next_images.append(np.asarray(images[b]))
+        variants.append(0)
         continue
       turn_text[b].append(text[b])
       parsed = parse(text[b])
@@ -176,25 +183,33 @@ def host_rollout(model, agent, tokenizer, template: ObservationTemplate, tasks, 
       out["action_values"][b, turn] = values
       out["action_present"][b, turn] = present
       call = parsed is not None and not answered
-      if parsed is None or (call and turn == turns - 1):
-        malformed[b] = True
-      if parsed is None or answered or turn == turns - 1:
-        final_turn[b] = text[b]
+      last = turn == turns - 1
+      retry = parsed is None and not last and retry_format_errors
+      invalid = done = False
       if parsed is not None:
         step = ParsedTurn(valid=jnp.asarray(True), values=jnp.asarray(values),
                           present=jnp.asarray(present))
         step_key = jax.random.split(jax.random.fold_in(jax.random.fold_in(key, 2 ** 21), turn),
                                     batch)[b]
-        image, nums, states[b], _ = step_env(step_key, states[b], step, jnp.asarray(answered))
+        image, nums, states[b], invalid, done = step_env(step_key, states[b], step,
+                                                         jnp.asarray(answered))
+        invalid, done = bool(invalid) and call, bool(done)
         next_images.append(np.asarray(image))
         next_numbers.append(np.asarray(nums))
       else:
         next_images.append(np.asarray(images[b]))
         next_numbers.append(np.zeros(template.num_numbers, np.float32))
-      continuing[b] = call and turn < turns - 1
+      ended_badly = (parsed is None and not retry) or (call and (last or (invalid and done)))
+      malformed[b] |= ended_badly
+      if answered or ended_badly:
+        final_turn[b] = text[b]
+      continuing[b] = (call and not last and not done) or retry
+      variants.append(0 if choose_variant is None else int(choose_variant(
+          jnp.asarray(invalid), jnp.asarray(retry), jnp.asarray(turn + 1 == turns - 1))))
     images = jnp.asarray(np.stack(next_images))
     if continuing.any():
-      ids, mask = zip(*(observation_tokens_host(template, n) for n in next_numbers))
+      ids, mask = zip(*(observation_tokens_host(template, n, v)
+                        for n, v in zip(next_numbers, variants)))
       ids, mask = np.stack(ids), np.stack(mask) & continuing[:, None]
       slot = int(dstate.next_slot)
       dstate, logits = _append(model, dstate, jnp.asarray(ids), jnp.asarray(mask), images)
@@ -206,13 +221,16 @@ def host_rollout(model, agent, tokenizer, template: ObservationTemplate, tasks, 
     task = jax.tree.map(lambda x, b=b: np.asarray(x[b]), tasks)
     answered = bool(out["turn_answer"][b].any())
     if isinstance(agent, agent_lib.Act3DAgent):
-      reference = bytes(task.answer_ids[task.answer_ids >= 0].astype(np.uint8)).decode()
+      rows = task.answer_ids if task.answer_ids.ndim == 2 else task.answer_ids[None]
+      references = [bytes(r[r >= 0].astype(np.uint8)).decode() for r in rows if r[0] >= 0]
       state = states[b]
-      grounded = bool(np.any(task.answer_objects >= 0) and np.all(
-          np.asarray(state.objects_seen) | (task.answer_objects < 0)))
-      turn_string = final_turn[b].decode("utf-8", "replace") if answered else ""
-      rewards[b] = act3d_reward_text(turn_string, [reference], int(state.num_interactions),
-                                     grounded, agent.reward_config)
+      objects, seen = task.answer_objects >= 0, np.asarray(state.objects_seen)
+      grounded = bool(objects.any() and (np.all(seen | ~objects)
+                                         if agent.reward_config.grounding == "all"
+                                         else np.any(seen & objects)))
+      rewards[b] = act3d_reward_text(final_turn[b].decode("utf-8", "replace"), references,
+                                     int(state.num_interactions), grounded, agent.reward_config,
+                                     well_formed=answered)
     else:
       turn_string = final_turn[b].decode("utf-8", "replace") if answered else ""
       letter = "ABCDE"[task.answer_choice] if task.answer_choice >= 0 else "?"

@@ -7,6 +7,11 @@ ids are the same in training, in the compiled rollout and in the host reference 
 differ from tokenising the whole string at once; byte-level BPEs such as Qwen2's split
 digits anyway). Numbers are written with two decimals into a fixed-width slot; unused
 slot positions are padding (attention mask 0), which M-RoPE positions skip.
+
+A template may have variants (a tuple of strings: e.g. a tool's result with its image,
+an invalid call's error text, the final turn's "answer now"): all are padded to one
+length with masked tokens, so every episode's message sits in the same slots whichever
+variant it shows; a variant without the image carries the image group masked.
 """
 
 from __future__ import annotations
@@ -28,34 +33,90 @@ _NUMBER_FIELD = re.compile(r"\{(:d)?\}")
 
 
 @dataclasses.dataclass(frozen=True)
-class ObservationTemplate:
-  """Token layout of one observation message (static)."""
-  pieces: tuple[tuple[int, ...], ...]  # static token ids between the numbers
-  byte_tokens: tuple[int, ...]          # [256] the single-byte token of every byte value
-  pad_token: int
-  integers: tuple[bool, ...] = ()       # per number: written as an integer (`{:d}`)
-
-  def is_integer(self, k: int) -> bool:
-    return bool(self.integers) and self.integers[k]
+class MessageVariant:
+  """One variant's layout: static token pieces between its numbers, and the masked tokens
+  that pad it to the template's length (a variant without an image carries the image
+  group masked, so every message holds the same vision tokens)."""
+  pieces: tuple[tuple[int, ...], ...]
+  integers: tuple[bool, ...]
+  has_image: bool = False
+  padding: tuple[int, ...] = ()
 
   @property
   def num_numbers(self) -> int:
     return len(self.pieces) - 1
 
   @property
-  def length(self) -> int:
+  def text_length(self) -> int:
     return sum(len(p) for p in self.pieces) + self.num_numbers * SLOT_WIDTH
 
 
-def compile_template(tokenizer, template: str, image_tokens: int,
-                     pad_token: int | None = None) -> ObservationTemplate:
-  """`image_tokens` vision tokens replace the image placeholder."""
+@dataclasses.dataclass(frozen=True)
+class ObservationTemplate:
+  """Token layout of an observation message (static): one variant or several (e.g. a tool's
+  result with its image, an error text), all padded to one length; each episode's message
+  picks one variant per turn. Variant k formats the first `num_numbers` of the numbers."""
+  variants: tuple[MessageVariant, ...]
+  byte_tokens: tuple[int, ...]          # [256] the single-byte token of every byte value
+  pad_token: int
+
+  @property
+  def pieces(self) -> tuple[tuple[int, ...], ...]:
+    return self.variants[0].pieces
+
+  @property
+  def integers(self) -> tuple[bool, ...]:
+    return self.variants[0].integers
+
+  def is_integer(self, k: int, variant: int = 0) -> bool:
+    return self.variants[variant].integers[k]
+
+  @property
+  def num_numbers(self) -> int:
+    return max(v.num_numbers for v in self.variants)
+
+  @property
+  def num_variants(self) -> int:
+    return len(self.variants)
+
+  @property
+  def length(self) -> int:
+    return self.variants[0].text_length + len(self.variants[0].padding)
+
+
+def _variant_pieces(tokenizer, template: str, image_tokens: int):
   if template.count(IMAGE_PLACEHOLDER) > 1:
-    raise ValueError("compile_template: at most one image per observation message")
+    raise ValueError("compile_template: at most one image per observation message, got "
+                     f"{template.count(IMAGE_PLACEHOLDER)} in {template!r}")
   text = template.replace(IMAGE_PLACEHOLDER, IMAGE_PLACEHOLDER * image_tokens)
   parts = _NUMBER_FIELD.split(text)  # text, flag, text, flag, ..., text
   pieces = tuple(tuple(tokenizer.encode(p, add_special_tokens=False)) for p in parts[::2])
   integers = tuple(flag is not None for flag in parts[1::2])
+  return pieces, integers, IMAGE_PLACEHOLDER in template
+
+
+def compile_template(tokenizer, template: str | tuple[str, ...], image_tokens: int,
+                     pad_token: int | None = None) -> ObservationTemplate:
+  """`image_tokens` vision tokens replace the image placeholder. A tuple of strings gives
+  a template with variants (variant 0 first); a variant without the placeholder gets the
+  image group masked, since every message must hold one image's vision tokens when any
+  does."""
+  texts = (template,) if isinstance(template, str) else tuple(template)
+  if not texts:
+    raise ValueError("compile_template: no template text")
+  compiled = [_variant_pieces(tokenizer, t, image_tokens) for t in texts]
+  any_image = any(has_image for _, _, has_image in compiled)
+  if pad_token is None:
+    pad_token = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+  image_group = tuple(tokenizer.encode(IMAGE_PLACEHOLDER * image_tokens,
+                                       add_special_tokens=False)) if image_tokens else ()
+  variants = []
+  for pieces, integers, has_image in compiled:
+    lacking = image_group if any_image and not has_image else ()
+    variants.append((MessageVariant(pieces, integers, has_image), lacking))
+  length = max(v.text_length + len(lacking) for v, lacking in variants)
+  variants = tuple(dataclasses.replace(v, padding=lacking + (int(pad_token),) * (
+      length - v.text_length - len(lacking))) for v, lacking in variants)
   all_bytes, special = token_bytes(tokenizer)
   byte_tokens = [-1] * 256
   for i, data in enumerate(all_bytes):
@@ -65,9 +126,7 @@ def compile_template(tokenizer, template: str, image_tokens: int,
   missing = [chr(b) for b in needed if byte_tokens[b] < 0]
   if missing:
     raise ValueError(f"compile_template: the tokenizer has no single-byte token for {missing}")
-  if pad_token is None:
-    pad_token = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-  return ObservationTemplate(pieces, tuple(byte_tokens), int(pad_token), integers)
+  return ObservationTemplate(variants, tuple(byte_tokens), int(pad_token))
 
 
 def format_number(template: ObservationTemplate, value: Array,
@@ -92,20 +151,35 @@ def format_number(template: ObservationTemplate, value: Array,
   return jnp.where(mask, table[chars], template.pad_token), mask
 
 
-def observation_tokens(template: ObservationTemplate, numbers_K: Array) -> tuple[Array, Array]:
-  """(ids [length], mask [length]) of one message."""
+def _variant_tokens(template: ObservationTemplate, variant: MessageVariant,
+                   numbers_K: Array) -> tuple[Array, Array]:
+  ids, masks = [], []
+  for k, piece in enumerate(variant.pieces):
+    ids.append(jnp.asarray(piece, jnp.int32))
+    masks.append(jnp.ones(len(piece), bool))
+    if k < variant.num_numbers:
+      i, m = format_number(template, numbers_K[k], variant.integers[k])
+      ids.append(i)
+      masks.append(m)
+  ids.append(jnp.asarray(variant.padding, jnp.int32))
+  masks.append(jnp.zeros(len(variant.padding), bool))
+  return jnp.concatenate(ids), jnp.concatenate(masks)
+
+
+def observation_tokens(template: ObservationTemplate, numbers_K: Array,
+                       variant: Array | int = 0) -> tuple[Array, Array]:
+  """(ids [length], mask [length]) of one message, in variant `variant` (an int array under
+  jit: every variant is laid out, the chosen one selected)."""
   if numbers_K.shape != (template.num_numbers,):
     raise ValueError(f"observation_tokens: expected {template.num_numbers} numbers, got shape "
                      f"{numbers_K.shape}")
-  ids, masks = [], []
-  for k, piece in enumerate(template.pieces):
-    ids.append(jnp.asarray(piece, jnp.int32))
-    masks.append(jnp.ones(len(piece), bool))
-    if k < template.num_numbers:
-      i, m = format_number(template, numbers_K[k], template.is_integer(k))
-      ids.append(i)
-      masks.append(m)
-  return jnp.concatenate(ids), jnp.concatenate(masks)
+  if template.num_variants == 1:
+    return _variant_tokens(template, template.variants[0], numbers_K)
+  laid_out = [_variant_tokens(template, v, numbers_K) for v in template.variants]
+  ids = jnp.stack([i for i, _ in laid_out])
+  masks = jnp.stack([m for _, m in laid_out])
+  chosen = jnp.clip(jnp.asarray(variant, jnp.int32), 0, template.num_variants - 1)
+  return ids[chosen], masks[chosen]
 
 
 def format_number_host(value: float, integer: bool = False) -> str:
@@ -123,16 +197,17 @@ def format_number_host(value: float, integer: bool = False) -> str:
   return f"{sign}{hundredths // 100}.{hundredths % 100:02d}"
 
 
-def observation_tokens_host(template: ObservationTemplate, numbers) -> tuple[np.ndarray,
-                                                                            np.ndarray]:
+def observation_tokens_host(template: ObservationTemplate, numbers,
+                            variant: int = 0) -> tuple[np.ndarray, np.ndarray]:
   """(ids, mask) of a message in the device layout, built on the host from the formatted
   string: each number right-aligned in its slot, the sign first, padding masked."""
+  layout = template.variants[variant]
   ids, mask = [], []
-  for k, piece in enumerate(template.pieces):
+  for k, piece in enumerate(layout.pieces):
     ids += list(piece)
     mask += [True] * len(piece)
-    if k < template.num_numbers:
-      text = format_number_host(numbers[k], template.is_integer(k))
+    if k < layout.num_numbers:
+      text = format_number_host(numbers[k], layout.integers[k])
       sign, body = ("-", text[1:]) if text.startswith("-") else ("", text)
       integer = body.split(".")[0]
       slot = [template.pad_token] * SLOT_WIDTH
@@ -144,4 +219,6 @@ def observation_tokens_host(template: ObservationTemplate, numbers) -> tuple[np.
         slot[at], used[at] = template.byte_tokens[ord(ch)], True
       ids += slot
       mask += used
+  ids += list(layout.padding)
+  mask += [False] * len(layout.padding)
   return np.asarray(ids, np.int32), np.asarray(mask, bool)

@@ -47,8 +47,8 @@ class PeriaAgent:
     box = jnp.stack([parsed.field(self.grammar, f"bbox{i}")[0] for i in range(4)])
     action = peria.PeriaAction.create(jnp.where(answered, peria.STOP, peria.TOOL),
                                       tool.astype(jnp.int32), image.astype(jnp.int32), box)
-    obs, state, _, _, info = peria.step(key, state, action, self.params)
-    return obs.image, obs.index[None].astype(jnp.float32), state, info["invalid"]
+    obs, state, _, done, info = peria.step(key, state, action, self.params)
+    return obs.image, obs.index[None].astype(jnp.float32), state, info["invalid"], done
 
   def reward(self, state, task, answer_bytes, answered, malformed, judge=None):
     del malformed  # a truncated episode (calls, no answer) scores 0, a broken one -1

@@ -2,8 +2,10 @@
 rollout itself never returns to the host). Qwen's chat layout, the first view's image
 tokens expanded, left-padded to a fixed length.
 
-The system prompts summarise the papers' (Act3D appendix C.1; Think3D's tool prompt); the
-exact published wording is not public in full, see ../shared/reference.
+Act3D's system message and first user turn are the paper's, verbatim (appendix C.1; the
+room sentence is dropped when the scene bounds are unknown). The appendix prints each line
+of the reply formats as its own paragraph; we send them one per line. Think3D's and
+PERIA's system prompts summarise the public code's (see ../shared/reference).
 """
 
 from __future__ import annotations
@@ -11,13 +13,25 @@ from __future__ import annotations
 import numpy as np
 
 ACT3D_SYSTEM = (
-    "You are a 3D spatial reasoning assistant in an indoor scene, given one image, the start "
-    "view. Call render_view_tool with one action (forward, backward, left, right, up, down, "
-    "turn_left, turn_right, turn_up, turn_down) and an optional distance (steps are about "
-    "1 m, 0.6 m and 30 degrees); prefer one large move over many small ones. Reply as "
-    "<think>...</think><tool_call>{\"name\": \"render_view_tool\", \"arguments\": "
-    "{\"action\": ..., \"distance\": ...}}</tool_call> or <think>...</think><answer>..."
-    "</answer>, answering only when confident.")
+    "You are a 3D spatial reasoning assistant exploring an indoor scene. You are given ONE "
+    "image: your current camera view \u2014 this is your starting position. To see more of the "
+    "scene, call render_view_tool with a single movement action, and optionally a distance. "
+    "Actions: forward, backward, left, right, up, down, turn_left, turn_right, turn_up, "
+    "turn_down. If you do not give a distance, the camera takes its default step \u2014 about 1 "
+    "metre forward or backward, about 0.6 metres for the other moves, and about 30 degrees "
+    "for turns. Give a distance in metres (or degrees for turns) when a larger or smaller "
+    "step is more efficient \u2014 one 4 m move is better than four small ones. You will see "
+    "the new view after each action and can then decide to move again or to answer. Only "
+    "answer when confident; if a view is empty or low-coverage, move to a better viewpoint "
+    "first. Respond in exactly one of these two formats:\n"
+    "<think>your reasoning here</think>\n"
+    "<tool_call>\n"
+    "{\"name\":\"render_view_tool\",\n"
+    "\"arguments\":{\"action\":\"<action>\",\"distance\":<optional number>}}\n"
+    "</tool_call>\n"
+    "or\n"
+    "<think>your reasoning here</think>\n"
+    "<answer>your final answer</answer>")
 THINK3D_SYSTEM = (
     "You reason about a 3D scene reconstructed from the input views. Call pi3_tool to see "
     "it from a new angle: <think>...</think><tool_call>{\"name\": \"pi3_tool\", "
@@ -39,10 +53,21 @@ def chat_prompt(system: str, user: str, image_tokens: int, num_images: int = 1) 
           "<|im_end|>\n<|im_start|>assistant\n")
 
 
-def act3d_user_text(question: str, scene_min, scene_max) -> str:
-  dx, dy, dz = (np.asarray(scene_max) - np.asarray(scene_min)).tolist()
-  return (f"The room is roughly {dx:.1f} m x {dy:.1f} m, with about {dz:.1f} m of height. "
-          f"{question} Answer with a short phrase of 1-5 words, reasoning in <think> first.")
+def act3d_user_text(question: str, scene_min=None, scene_max=None) -> str:
+  """Act3D's first user turn after the image (appendix C.1, verbatim); the room sentence
+  only when the bounds are known (finite), sizes to 0.1 m."""
+  room = ""
+  if scene_min is not None and scene_max is not None:
+    size = np.asarray(scene_max, np.float64) - np.asarray(scene_min, np.float64)
+    if size.shape == (3,) and np.all(np.isfinite(size)):
+      dx, dy, dz = size.tolist()
+      room = (f" The room measures roughly {dx:.1f} m x {dy:.1f} m, with about {dz:.1f} m "
+              "of height.")
+  return (" This image is your current camera view \u2014 your starting position." + room
+          + " Move through it with render_view_tool to gather evidence, then answer.\n\n"
+          f"Question:{question}\n\n"
+          "Keep the text inside the <answer> tag to a SHORT PHRASE of 1\u20135 words \u2014 no "
+          "full sentence, no explanation. Still reason inside <think> first.")
 
 
 def left_padded(tokenizer, prompts: list[str], length: int | None = None,

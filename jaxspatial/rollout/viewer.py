@@ -43,6 +43,7 @@ def trajectory_html(trajectory, tokenizer, grammar, title: str = "rollouts") -> 
   texts = turn_texts(trajectory, tokenizer)
   images = np.asarray(trajectory.images)
   given = np.asarray(trajectory.image_given)
+  views = trajectory.num_prompt_images
   valid = np.asarray(trajectory.turn_valid)
   answer = np.asarray(trajectory.turn_answer)
   values = np.asarray(trajectory.action_values)
@@ -61,7 +62,8 @@ def trajectory_html(trajectory, tokenizer, grammar, title: str = "rollouts") -> 
     score = ", ".join(f"{k} {v[b]:.2f}" for k, v in components.items())
     parts.append(f"<h2>episode {b}: reward {reward[b]:.3f}</h2><p>{html.escape(score)}</p>")
     for t, text in enumerate(turns):
-      view = f"<img src='{_png(images[b, t])}'>" if given[b, t] else ""
+      shown = range(views) if t == 0 else [views + t - 1]  # what the policy saw before turn t
+      view = "".join(f"<img src='{_png(images[b, k])}'>" for k in shown if given[b, k])
       if not valid[b, t]:
         status = "<span class='bad'>malformed</span>"
       elif answer[b, t]:

@@ -32,18 +32,18 @@ class AdvantageConfig:
   delta: float = 0.9            # text similarity threshold (image observations match exactly)
 
 
-def token_turns(trajectory, max_turn_tokens: int) -> Array:
-  """[B, S] the turn each generated token belongs to, -1 on prompt and observation slots."""
+def token_turns(trajectory) -> Array:
+  """[B, S] the turn each generated token belongs to, -1 on prompt and observation slots.
+  Turns are packed (turn t + 1 starts after the batch's longest turn-t reply and the
+  observation), so a turn is its recorded slot range [turn_start, turn_end)."""
   slots = jnp.arange(trajectory.tokens.shape[1])
-  starts = trajectory.turn_start  # [T], shared by the batch
-  inside = (slots[None, :] >= starts[:, None]) & (slots[None, :] < starts[:, None]
-                                                   + max_turn_tokens)  # [T, S]
+  starts, ends = trajectory.turn_start, trajectory.turn_end  # [T], shared by the batch
+  inside = (slots[None, :] >= starts[:, None]) & (slots[None, :] < ends[:, None])  # [T, S]
   turn = jnp.where(jnp.any(inside, 0), jnp.argmax(inside, 0), -1)
   return jnp.where(trajectory.loss_mask, turn[None, :], -1)
 
 
-def advantages(trajectory, rewards_B: Array, config: AdvantageConfig,
-               max_turn_tokens: int) -> Array:
+def advantages(trajectory, rewards_B: Array, config: AdvantageConfig) -> Array:
   """[B] (GRPO) or [B, S] (OR-GIGPO) advantages; B = prompts x group_size, groups adjacent."""
   batch = rewards_B.shape[0]
   if batch % config.group_size:
@@ -65,7 +65,7 @@ def advantages(trajectory, rewards_B: Array, config: AdvantageConfig,
   step = or_gigpo_advantages(rewards_PxG, step_rewards.reshape(shape), valid.reshape(shape),
                              hashes.reshape(shape), gamma=config.gamma, omega=config.omega,
                              delta=config.delta, ddof=config.ddof, eps=config.eps)
-  return token_advantages(step.reshape(batch, turns), token_turns(trajectory, max_turn_tokens))
+  return token_advantages(step.reshape(batch, turns), token_turns(trajectory))
 
 
 def update(model, optimizer, batch: TrainBatch, config: StepConfig, mesh, reference=None,

@@ -36,11 +36,13 @@ class TrainBatch:
   features: Array | None = None
 
   @classmethod
-  def from_trajectory(cls, trajectory, max_turns: int, advantages=None, old_logprobs=None,
+  def from_trajectory(cls, trajectory, advantages=None, old_logprobs=None,
                       ref_logprobs=None) -> "TrainBatch":
+    """The views in token order are all but the last (the view after the final turn is
+    never shown)."""
     zeros = jnp.zeros(trajectory.tokens.shape, jnp.float32)
     return cls(tokens=trajectory.tokens, attention_mask=trajectory.attention_mask,
-               loss_mask=trajectory.loss_mask, images=trajectory.images[:, :max_turns],
+               loss_mask=trajectory.loss_mask, images=trajectory.images[:, :-1],
                advantages=(jnp.zeros(trajectory.tokens.shape[0], jnp.float32)
                            if advantages is None else advantages),
                old_logprobs=zeros if old_logprobs is None else old_logprobs,

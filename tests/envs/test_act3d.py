@@ -9,7 +9,7 @@ from scipy.spatial.transform import Rotation
 
 from data_pipelines.synthetic import make_room, orbit_cameras
 from jaxspatial.envs import act3d
-from jaxspatial.envs.act3d import Act3DAction, Act3DParams
+from jaxspatial.envs.act3d import STOP, Act3DAction, Act3DParams
 from jaxspatial.envs.task import Task
 from jaxspatial.geometry import Camera, look_at
 
@@ -173,18 +173,26 @@ def test_bad_actions_are_flagged_and_change_nothing(room_task, bad):
   chex.assert_trees_all_equal(new_state, state)
 
 
-def test_budget_ends_the_episode_and_later_actions_are_invalid(room_task):
+def test_budget_allows_the_moves_then_only_the_answer(room_task):
+  """max_interactions moves, then stop(answer) is still accepted (the paper's episode:
+  up to N interactions, then the answer); a further move is refused and ends it."""
   _, task = room_task
   params = Act3DParams(width=32, height=24, max_interactions=3)
   _, state = act3d.reset(jax.random.key(0), task, params)
-  for i in range(3):
+  for _ in range(3):
     _, state, _, done, info = act3d.step(jax.random.key(0), state,
                                          Act3DAction.navigate("turn_left"), params)
-    assert bool(done) == (i == 2) and not bool(info["invalid"])
-  _, after, _, _, info = act3d.step(jax.random.key(0), state,
-                                    Act3DAction.navigate("turn_left"), params)
-  assert bool(info["invalid"]) and not bool(after.stopped)
-  chex.assert_trees_all_equal(after, state)
+    assert not bool(done) and not bool(info["invalid"])
+  _, stopped, _, done, info = act3d.step(jax.random.key(0), state, Act3DAction.create(STOP),
+                                         params)
+  assert bool(done) and bool(stopped.stopped) and not bool(info["invalid"])
+  _, after, _, done, info = act3d.step(jax.random.key(0), state,
+                                       Act3DAction.navigate("turn_left"), params)
+  assert bool(info["invalid"]) and bool(done) and not bool(after.stopped)
+  chex.assert_trees_all_equal(after.position, state.position)
+  assert int(after.num_interactions) == 3
+  _, later, _, _, info = act3d.step(jax.random.key(0), after, Act3DAction.create(STOP), params)
+  assert bool(info["invalid"]) and not bool(later.stopped)  # nothing after the end
 
 
 def test_grounding_needs_the_object_in_view(room_task):

@@ -111,7 +111,10 @@ def numpy_or_gigpo(episode, step_r, valid, hashes, texts, lens, gamma, omega, de
           ok &= (2 * python_lcs(x, y) / total if total else 1.0) >= delta
         return ok
       group = [returns[h, s] for (h, s) in returns if matches(h, s)]
-      a_s = 0.0 if len(group) < 2 else (value - np.mean(group)) / (np.std(group, ddof=ddof) + eps)
+      # A group of one, or of equal returns, carries no step signal (the rule group
+      # normalisation follows: equal rewards give exactly 0).
+      same = len(group) < 2 or max(group) == min(group)
+      a_s = 0.0 if same else (value - np.mean(group)) / (np.std(group, ddof=ddof) + eps)
       out[p, g, t] = a_e[p, g] + omega * a_s
   return out
 
@@ -176,3 +179,32 @@ def test_token_advantages():
   steps = np.array([[-1, -1, 0, 0, -1, 1, 1, 2, -1]])
   np.testing.assert_array_equal(token_advantages(adv, steps),
                                 [[0, 0, 0.5, 0.5, 0, -1, -1, 2, 0]])
+
+
+@pytest.mark.parametrize("size", [3, 5, 6, 7])
+def test_or_gigpo_equal_returns_give_exactly_zero_step_advantage(size):
+  """A step group whose returns are all equal gets A_S = 0 exactly, whatever the returns.
+  The mean of 3, 5, 6 or 7 equal float32 values does not always round back to the value,
+  and (value - mean) / (std + eps) then turns the rounding into a +-1-size signal."""
+  rng = np.random.default_rng(size)
+  values = rng.uniform(-2.0, 2.0, 256).astype(np.float32)
+  episode = np.zeros((256, size), np.float32)  # equal episode rewards: A_E = 0 too
+  step_r = np.broadcast_to(values[:, None, None], (256, size, 1)).copy()
+  valid = np.ones((256, size, 1), bool)
+  hashes = np.zeros((256, size, 1), np.uint32)  # one step group per prompt
+  adv = np.asarray(jax.jit(or_gigpo_advantages)(episode, step_r, valid, hashes))
+  assert np.count_nonzero(adv) == 0, adv[np.nonzero(adv)][:5]
+
+
+@pytest.mark.parametrize("texts", [False, True])
+def test_or_gigpo_statistics_never_go_through_a_matmul(texts):
+  """Group sums and counts must be exact: on TPU (bf16 passes) and H100/H200 (TF32) a
+  float32 matmul at default precision rounds its inputs, and XLA on CPU ignores
+  `jax.default_matmul_precision`, so the compiled program itself must hold no dot."""
+  P, G, T, N = 2, 4, 3, 6
+  args = [np.zeros((P, G), np.float32), np.ones((P, G, T), np.float32),
+          np.ones((P, G, T), bool), np.zeros((P, G, T), np.uint32)]
+  if texts:
+    args += [np.zeros((P, G, T, N), np.int32), np.full((P, G, T), N, np.int32)]
+  program = jax.jit(or_gigpo_advantages).lower(*args).as_text()
+  assert "dot_general" not in program and "stablehlo.dot" not in program

@@ -1,6 +1,8 @@
 """The compiled episode loop against a host-driven reference and against stepping the
 environment by hand."""
 
+import dataclasses
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -15,7 +17,7 @@ from jaxspatial.rollout import agents, automaton as am, episode, host_loop, obse
 
 BATCH = 4
 AGENT = agents.Act3DAgent(act3d.Act3DParams(width=56, height=56, grounding_min_pixels=5,
-                                            max_interactions=3))
+                                            max_interactions=2))
 
 
 @pytest.fixture(scope="module")
@@ -201,28 +203,131 @@ def _blank(answer):
   return np.asarray([not bytes(a[a >= 0].astype(np.uint8)).strip() for a in answer])
 
 
-def test_a_host_judge_replaces_the_rule_judge(setup):
+def test_a_host_judge_sees_the_question_and_every_reference_and_counts_only_answers(setup):
+  """Act3D's judge decides, given the question, whether the prediction matches the ground
+  truth (paper eq. 8): the host judge gets the question, the answer and all references,
+  and its verdict earns credit (judge and interaction terms) only for an episode that
+  produced an answer. This judge says yes to everything, so any credit a malformed
+  episode got would show."""
   s = setup
   config = _config(s["tok"], temperature=1.0)
   calls = []
 
-  def judge(answer, reference):
-    calls.append((np.asarray(answer).copy(), np.asarray(reference).copy()))
+  def judge(question, answer, references):
+    calls.append((np.asarray(question).copy(), np.asarray(answer).copy(),
+                  np.asarray(references).copy()))
     return np.ones(answer.shape[0], bool)
 
-  scripts = [["<think>t</think><answer>blue sofa</answer>"]] * BATCH
+  scripts = [["<think>t</think><answer>blue sofa</answer>"],
+             [_call("up"), "<think>t</think><answer>blue sofa</answer>"],
+             ["<think>a</think><tool_call>{\"name\": oops}</tool_call>"],   # malformed call
+             [_call("left"), _call("right"), _call("up")]]  # a call in the last turn
   forced = episode.forced_tokens(s["tok"], scripts, config)
   run = episode.compile_rollout(AGENT, s["template"], config, judge=judge)
   traj = jax.device_get(run(s["model"], s["automaton"], s["tasks"], jnp.asarray(s["ids"]),
                             jnp.asarray(s["mask"]), jax.random.PRNGKey(0), jnp.asarray(forced)))
   assert len(calls) == 1
-  answer, reference = calls[0]
+  question, answer, references = calls[0]
+  np.testing.assert_array_equal(question, np.asarray(s["tasks"].question_ids))
   assert bytes(answer[0][answer[0] >= 0].astype(np.uint8)) == b"blue sofa"
-  np.testing.assert_array_equal(reference, np.asarray(s["tasks"].answer_ids))
-  np.testing.assert_array_equal(traj.reward_components["judge"], 1.0)
+  expected_refs = np.asarray(s["tasks"].answer_ids)
+  if expected_refs.ndim == 2:
+    expected_refs = expected_refs[:, None]
+  np.testing.assert_array_equal(references, expected_refs)
+  np.testing.assert_array_equal(traj.reward_components["judge"], [1.0, 1.0, 0.0, 0.0])
   np.testing.assert_array_equal(traj.reward_components["exact_match"], 0.0)
-  np.testing.assert_allclose(traj.reward, 0.3 + 0.05 * np.where(
-      traj.reward_components["grounded"] > 0, 12, 0))
+  credit = np.where(traj.reward_components["grounded"] > 0, 12, [0, 1, 0, 0])
+  np.testing.assert_allclose(traj.reward, np.where(np.arange(4) < 2, 0.3 + 0.05 * credit, -0.2),
+                             atol=1e-6)
+
+
+def test_tokens_take_the_turn_whose_slots_hold_them(setup):
+  """Turns are packed: turn t + 1 starts after the batch's longest turn-t reply and the
+  observation, not after `max_turn_tokens` slots. Each generated token's turn
+  (`grpo.token_turns`, what OR-GIGPO's per-turn advantages follow) must be the turn whose
+  forced tokens it is (here every reply is far shorter than the 40-token limit)."""
+  from jaxspatial.train import grpo
+  s = setup
+  config = _config(s["tok"], temperature=1.0)
+  scripts = [[_call("turn_left", 60), "<think>x</think><answer>a chair</answer>"],
+             [_call("up"), _call("down"), "<think>y</think><answer>no</answer>"],
+             ["<think>z</think><answer>the red chair</answer>"],
+             [_call("right"), "<think>w</think><answer>two</answer>"]]
+  forced = episode.forced_tokens(s["tok"], scripts, config)
+  run = episode.compile_rollout(AGENT, s["template"], config)
+  traj = jax.device_get(run(s["model"], s["automaton"], s["tasks"], jnp.asarray(s["ids"]),
+                            jnp.asarray(s["mask"]), jax.random.PRNGKey(0), jnp.asarray(forced)))
+  turns = np.asarray(grpo.token_turns(traj))
+  for b, script in enumerate(scripts):
+    for t, text in enumerate(script):
+      expected = s["tok"].encode(text, add_special_tokens=False)
+      assert traj.tokens[b][turns[b] == t].tolist() == expected, (b, t)
+    assert not (turns[b] >= len(script)).any()
+  assert (turns >= 0).sum() == traj.loss_mask.sum()
+
+
+def test_each_turn_kind_has_its_own_step_key(setup):
+  """OR-GIGPO pools steps by the observation each produced: a call's view (its pixel
+  hash); an answer, a malformed turn and a rejected call produce no view, so each kind
+  gets its own key instead of the hash of whatever image the environment handed back."""
+  from jaxspatial.rl.advantages import image_hash
+  s = setup
+  config = _config(s["tok"], temperature=1.0)
+  scripts = [[_call("turn_left", 60), "<think>x</think><answer>a chair</answer>"],
+             ["<think>z</think><answer>two</answer>"],
+             ["<think>a</think><tool_call>{\"name\": oops}</tool_call>"],
+             [_call("right"), _call("left"), _call("up")]]  # the third is past the budget
+  forced = episode.forced_tokens(s["tok"], scripts, config)
+  run = episode.compile_rollout(AGENT, s["template"], config)
+  traj = jax.device_get(run(s["model"], s["automaton"], s["tasks"], jnp.asarray(s["ids"]),
+                            jnp.asarray(s["mask"]), jax.random.PRNGKey(0), jnp.asarray(forced)))
+  keys = traj.observation_hashes[:, 1:]
+  views = traj.num_prompt_images
+  view_hash = lambda b, t: int(image_hash(jnp.asarray(traj.images[b, views + t])))
+  assert keys[0, 0] == view_hash(0, 0) and keys[3, 0] == view_hash(3, 0)
+  assert keys[3, 1] == view_hash(3, 1) and keys[3, 0] != keys[3, 1]
+  answer, malformed, rejected = keys[0, 1], keys[2, 0], keys[3, 2]
+  assert keys[1, 0] == answer
+  assert len({int(answer), int(malformed), int(rejected)}) == 3
+  assert traj.env_invalid[3, 2] and traj.reward_components["malformed"][3] == 1.0
+  image_keys = {view_hash(b, t) for b in range(BATCH) for t in range(config.max_turns)}
+  assert not image_keys & {int(answer), int(malformed), int(rejected)}
+  assert (keys[1, 1:] == 0).all() and (keys[2, 1:] == 0).all()  # turns never taken
+
+
+def test_turns_and_the_environments_budget_must_agree(setup):
+  """Act3D allows N moves, then the answer: a loop of fewer turns would silently cut the
+  budget (the old README example: 12 turns gave 11 moves)."""
+  s = setup
+  for turns in (2, 4):
+    config = _config(s["tok"], max_turns=turns)
+    with pytest.raises(ValueError, match="max_turns must be 3"):
+      episode.rollout(s["model"], AGENT, s["automaton"], s["template"], s["tasks"],
+                      jnp.asarray(s["ids"]), jnp.asarray(s["mask"]), jax.random.PRNGKey(0),
+                      config)
+
+
+@dataclasses.dataclass(frozen=True)
+class _DoneAfterOneCall(agents.Act3DAgent):
+  """An Act3D agent whose environment declares the episode over after any first call."""
+
+  def step(self, key, state, parsed, answered):
+    image, numbers, state, invalid, done = super().step(key, state, parsed, answered)
+    return image, numbers, state, invalid, done | (state.num_interactions >= 1)
+
+
+def test_the_loop_ends_an_episode_when_the_environment_says_done(setup):
+  s = setup
+  agent = _DoneAfterOneCall(AGENT.params)
+  config = _config(s["tok"], temperature=1.0)
+  scripts = [[_call("up"), "<think>x</think><answer>a chair</answer>"]] * BATCH
+  forced = episode.forced_tokens(s["tok"], scripts, config)
+  run = episode.compile_rollout(agent, s["template"], config)
+  traj = jax.device_get(run(s["model"], s["automaton"], s["tasks"], jnp.asarray(s["ids"]),
+                            jnp.asarray(s["mask"]), jax.random.PRNGKey(0), jnp.asarray(forced)))
+  assert traj.turn_active.tolist() == [[True, False, False]] * BATCH
+  assert not traj.turn_answer.any() and not traj.image_given[:, 1:].any()
+  np.testing.assert_array_equal(traj.reward_components["malformed"], 1.0)  # no answer
 
 
 def test_a_full_forward_pass_over_the_trajectory_gives_its_logprobs(setup):

@@ -48,3 +48,34 @@ def test_integer_fields_round_half_away_from_zero_and_match_the_host_layout():
     np.testing.assert_array_equal(mask[row], host_mask)
     text = "".join(pieces[i] for i in ids[row][mask[row]])
     assert text == f"Observation {expected[row]}: at {numbers[1]:.2f}"
+
+
+def test_variants_share_one_length_and_each_equals_its_own_formatting():
+  """A message set of three variants: each episode's chosen variant reads exactly as its
+  own string (Python formatting), the others' tokens never leak, and the variant without
+  the image carries the image group masked (every message holds the same vision tokens)."""
+  tok = tiny.tokenizer()
+  texts = ("Tool executed successfully.\nObservation {:d}:\n<|vision_start|><|image_pad|>"
+           "<|vision_end|>",
+           "Error: image index {:d} is not in the list.",
+           "Your action could not be parsed.")
+  template = observation.compile_template(tok, texts, image_tokens=4)
+  assert template.num_variants == 3 and template.num_numbers == 1
+  numbers = np.asarray([[2.0], [7.0], [3.0], [0.0]], np.float32)
+  choice = np.asarray([0, 1, 2, 0], np.int32)
+  ids, mask = jax.device_get(jax.jit(jax.vmap(
+      lambda n, v: observation.observation_tokens(template, n, v)))(numbers, choice))
+  assert ids.shape == (4, template.length)
+  pieces = {i: tok.decode([i]) for i in range(len(tok))}
+  image_pad = tok.convert_tokens_to_ids("<|image_pad|>")
+  for row in range(4):
+    text = "".join(pieces[i] for i in ids[row][mask[row]])
+    expected = texts[choice[row]].replace("<|image_pad|>", "<|image_pad|>" * 4)
+    if "{:d}" in expected:
+      expected = expected.replace("{:d}", str(int(numbers[row, 0])))
+    assert text == expected
+    assert np.sum(ids[row] == image_pad) == 4  # the image group, attended or masked
+    host_ids, host_mask = observation.observation_tokens_host(template, numbers[row],
+                                                              int(choice[row]))
+    np.testing.assert_array_equal(ids[row], host_ids)
+    np.testing.assert_array_equal(mask[row], host_mask)

@@ -18,7 +18,7 @@ def _view(camera, azimuth, elevation, ego):
 
 
 def test_scripted_think3d_episode_equals_the_view_tool_by_hand():
-  agent = agents.Think3DAgent(think3d.Think3DParams(width=56, height=56, max_rounds=3))
+  agent = agents.Think3DAgent(think3d.Think3DParams(width=56, height=56, max_rounds=2))
   tok = tiny.tokenizer()
   model = Qwen25VL(tiny.model_config(tok), rngs=nnx.Rngs(1))
   automaton = am.compile_token_automaton(agent.grammar, tok, model.config.text.vocab_size)

@@ -29,12 +29,13 @@ def _trajectory():
   hashes = np.asarray([[0, 5, 7], [0, 5, 0], [0, 6, 8], [0, 1, 2], [0, 1, 3], [0, 4, 0]],
                       np.uint32)
   return types.SimpleNamespace(tokens=jnp.zeros((b, s), jnp.int32), loss_mask=jnp.asarray(loss),
-                               turn_start=jnp.asarray([2, 7]), turn_active=jnp.asarray(active),
+                               turn_start=jnp.asarray([2, 7]), turn_end=jnp.asarray([5, 10]),
+                               turn_active=jnp.asarray(active),
                                observation_hashes=jnp.asarray(hashes))
 
 
 def test_token_turns_marks_generated_slots_with_their_turn():
-  turns = np.asarray(grpo.token_turns(_trajectory(), max_turn_tokens=3))
+  turns = np.asarray(grpo.token_turns(_trajectory()))
   np.testing.assert_array_equal(turns[0], [-1, -1, 0, 0, 0, -1, -1, 1, 1, -1])
   np.testing.assert_array_equal(turns[1], [-1, -1, 0, 0, 0, -1, -1, -1, -1, -1])
 
@@ -42,12 +43,11 @@ def test_token_turns_marks_generated_slots_with_their_turn():
 def test_grpo_and_or_gigpo_advantages_against_numpy():
   traj = _trajectory()
   rewards = np.asarray([1.0, 0.0, 2.0, 0.5, 1.5, 0.0], np.float32)
-  got = np.asarray(grpo.advantages(traj, jnp.asarray(rewards), AdvantageConfig(group_size=3),
-                                   max_turn_tokens=3))
+  got = np.asarray(grpo.advantages(traj, jnp.asarray(rewards), AdvantageConfig(group_size=3)))
   np.testing.assert_allclose(got, np.concatenate([_normalise(rewards[:3]),
                                                   _normalise(rewards[3:])]), rtol=1e-5)
   config = AdvantageConfig(estimator="or_gigpo", group_size=3, gamma=0.9, omega=0.5)
-  got = np.asarray(grpo.advantages(traj, jnp.asarray(rewards), config, max_turn_tokens=3))
+  got = np.asarray(grpo.advantages(traj, jnp.asarray(rewards), config))
   active = np.asarray(traj.turn_active)
   hashes = np.asarray(traj.observation_hashes)[:, 1:]
   expected_step = np.zeros((6, 2))
@@ -61,13 +61,13 @@ def test_grpo_and_or_gigpo_advantages_against_numpy():
       group = [returns[j, u] for (j, u) in returns if hashes[j, u] == hashes[i, t]]
       step = _normalise(group)[group.index(value)] if len(group) > 1 else 0.0
       expected_step[i, t] = episode[i - 3 * p] + 0.5 * step
-  turns = np.asarray(grpo.token_turns(traj, 3))
+  turns = np.asarray(grpo.token_turns(traj))
   expected = np.where(turns >= 0, np.take_along_axis(expected_step, np.maximum(turns, 0), 1), 0)
   np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
   # Episodes 3 and 4 share their first observation (hash 1): a step group of two.
   assert got[3, 2] != pytest.approx(_normalise(rewards[3:])[0])
   with pytest.raises(ValueError, match="not a multiple of group_size"):
-    grpo.advantages(traj, jnp.asarray(rewards[:5]), config, 3)
+    grpo.advantages(traj, jnp.asarray(rewards[:5]), config)
 
 
 def test_per_token_advantages_weight_each_token():
