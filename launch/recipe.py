@@ -189,7 +189,7 @@ class TeacherData:
   seed and k (a resumed run replays the same batches)."""
 
   def __init__(self, job: RecipeJob, source, path):
-    self.job, self.source = job, source
+    self.job, self.source, self.path = job, source, path
     records = teachers.read_trajectories(path)
     scenes = {int(source[i]["scene_seed"]): i for i in range(len(source))}
     missing = [r for r in records if r["scene_seed"] not in scenes]
@@ -218,6 +218,9 @@ class TeacherData:
       tasks.append(found[question][0])
     forced = episode.forced_tokens(job.tokenizer, [t for _, _, t in chosen], job.rollout_config)
     traj = rollout(job, _stack(tasks), jax.random.PRNGKey(step), forced=forced)
+    names = [f"{self.path}: scene {int(self.source[scene]['scene_seed'])} question {question}"
+             for scene, question, _ in chosen]
+    episode.check_replay(jax.tree.map(local, traj), forced, names, job.tokenizer)
     return TrainBatch.from_trajectory(traj)
 
 

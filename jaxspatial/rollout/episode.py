@@ -32,7 +32,7 @@ from jaxspatial.models.qwen2_5_vl.sampler import DecodeState, append, filter_log
 from jaxspatial.models.qwen2_5_vl.sampler import sample_token as sampler_choose
 from jaxspatial.rl.advantages import image_hash
 from jaxspatial.rl.rewards import device_text
-from jaxspatial.rollout.automaton import START, TokenAutomaton, allowed_tokens
+from jaxspatial.rollout.automaton import START, TokenAutomaton, allowed_tokens, token_bytes
 from jaxspatial.rollout.observation import ObservationTemplate, observation_tokens
 from jaxspatial.rollout.parse import parse_turn
 from jaxspatial.rollout.trajectory import Trajectory
@@ -422,3 +422,33 @@ def forced_tokens(tokenizer, scripts, config: RolloutConfig) -> np.ndarray:
                          f"max_turn_tokens {config.max_turn_tokens}")
       out[b, t, :len(ids)] = ids
   return out
+
+
+def check_replay(trajectory, forced_BxTxN, records, tokenizer) -> None:
+  """Raises when a replayed episode (teacher SFT: every turn forced) did not play each of
+  its forced turns whole: a turn the grammar rejects (the episode would end there and the
+  rest of the trajectory be dropped), a turn never reached, or one that closed before its
+  last token (text after the closing tag). `records[b]` names episode b's record."""
+  pieces, _ = token_bytes(tokenizer)
+  forced = np.asarray(forced_BxTxN)
+  active, valid = np.asarray(trajectory.turn_active), np.asarray(trajectory.turn_valid)
+  length = np.asarray(trajectory.turn_length)
+  for b in range(forced.shape[0]):
+    for t in range(forced.shape[1]):
+      ids = forced[b, t][forced[b, t] >= 0]
+      if not len(ids):
+        continue
+      text = b"".join(pieces[i] for i in ids)
+      if not active[b, t]:
+        played = int(active[b].sum())
+        raise ValueError(f"{records[b]}: turn {t} was never played: the episode ended after "
+                         f"turn {played - 1} (an answer, a rejected call past the budget or "
+                         f"the environment's end) with teacher turns left: {text[:200]!r}")
+      if not valid[b, t]:
+        raise ValueError(f"{records[b]}: turn {t} is not a well-formed call or answer in "
+                         f"the agent's grammar: {text[:300]!r}")
+      if length[b, t] != len(ids):
+        kept = b"".join(pieces[i] for i in ids[:length[b, t]])
+        raise ValueError(f"{records[b]}: turn {t} closes after {length[b, t]} of its "
+                         f"{len(ids)} tokens; the text after it would be dropped: "
+                         f"{text[len(kept):][:200]!r}")

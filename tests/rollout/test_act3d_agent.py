@@ -1,8 +1,6 @@
 """Act3D's reward on device (eqs. 8-9) from an episode's answer bytes, against the paper's
 formula written out here in numpy."""
 
-import dataclasses
-
 import jax
 import jax.numpy as jnp
 import numpy as np

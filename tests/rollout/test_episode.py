@@ -356,3 +356,32 @@ def test_a_full_forward_pass_over_the_trajectory_gives_its_logprobs(setup):
   assert generated.sum() > 100
   np.testing.assert_allclose(np.asarray(expected)[generated],
                              np.asarray(traj.logprobs[:, 1:])[generated], atol=2e-4)
+
+
+def test_a_replay_names_the_teacher_turn_it_cannot_play(setup):
+  """Teacher SFT replays every turn of a trajectory file; a turn the grammar rejects would
+  end the episode and silently drop the rest. The check names the record, the turn and its
+  text, for each way a replay can go wrong."""
+  s = setup
+  config = _config(s["tok"], temperature=1.0)
+  good = [_call("up"), "<think>x</think><answer>a chair</answer>"]
+  cases = {
+      "turn 1 is not a well-formed": [_call("up"), '<think>x</think><tool_call>{"nam']
+      + ["<think>y</think><answer>b</answer>"],
+      "turn 1 was never played": ["<think>x</think><answer>a chair</answer>", _call("up")],
+      "turn 0 closes after": [_call("up") + " and more text", good[1]],
+  }
+  names = [f"teachers.jsonl: scene {b}" for b in range(BATCH)]
+  run = episode.compile_rollout(AGENT, s["template"], config)
+  for message, bad in cases.items():
+    scripts = [good, bad, good, good]
+    forced = episode.forced_tokens(s["tok"], scripts, config)
+    traj = jax.device_get(run(s["model"], s["automaton"], s["tasks"], jnp.asarray(s["ids"]),
+                              jnp.asarray(s["mask"]), jax.random.PRNGKey(0),
+                              jnp.asarray(forced)))
+    with pytest.raises(ValueError, match=f"teachers.jsonl: scene 1: {message}"):
+      episode.check_replay(traj, forced, names, s["tok"])
+  forced = episode.forced_tokens(s["tok"], [good] * BATCH, config)
+  traj = jax.device_get(run(s["model"], s["automaton"], s["tasks"], jnp.asarray(s["ids"]),
+                            jnp.asarray(s["mask"]), jax.random.PRNGKey(0), jnp.asarray(forced)))
+  episode.check_replay(traj, forced, names, s["tok"])  # a clean replay passes
