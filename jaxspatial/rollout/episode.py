@@ -28,7 +28,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxspatial.models.qwen2_5_vl.preprocess import batch_vision_inputs, image_grid
-from jaxspatial.models.qwen2_5_vl.sampler import DecodeState, append, filter_logits, prefill
+from jaxspatial.models.qwen2_5_vl.sampler import (DecodeState, append, filter_logits, mark_seen,
+                                                  prefill, repetition_penalty)
 from jaxspatial.models.qwen2_5_vl.sampler import sample_token as sampler_choose
 from jaxspatial.rl.advantages import image_hash
 from jaxspatial.rl.rewards import device_text
@@ -52,6 +53,9 @@ class RolloutConfig:
   eos_tokens: tuple[int, ...] = ()
   pad_token: int = 0
   cache_dtype: str = "float32"
+  # Hugging Face's repetition penalty over every token in context (1.0: off); logprobs are
+  # then those of the penalised distribution sampled from.
+  repetition_penalty: float = 1.0
 
 
 def capacity(prompt_length: int, template: ObservationTemplate, config: RolloutConfig) -> int:
@@ -102,9 +106,10 @@ def _write(buffer, slot, column):
 
 
 def _decode_turn(model, automaton, config, turn, key, dstate, logits, running, buffers,
-                 forced_BxN):
+                 forced_BxN, seen_BxV):
   """Decodes one turn for the running episodes. Returns the cache, the last logits, the
-  turn's tokens, grammar states and counts, and the updated trajectory buffers."""
+  turn's tokens, grammar states and counts, the updated trajectory buffers and the tokens
+  in context (`seen`, for the repetition penalty; None when it is off)."""
   text = model.language_model
   batch = running.shape[0]
   limit = config.max_turn_tokens
@@ -115,14 +120,19 @@ def _decode_turn(model, automaton, config, turn, key, dstate, logits, running, b
     return (k < limit) & ~jnp.all(ended)
 
   def body(carry):
-    k, dstate, logits, grammar_state, stop_state, ended, count, tokens_T, states_T, buffers = carry
+    (k, dstate, logits, grammar_state, stop_state, ended, count, tokens_T, states_T, buffers,
+     seen) = carry
     writing = ~ended
+    if seen is not None:
+      logits = repetition_penalty(logits, seen, config.repetition_penalty)
     step_logits = turn_logits(automaton, logits, grammar_state, jnp.full(batch, limit - k),
                               config)
     token, logp = sample_token(step_logits, jax.random.fold_in(turn_key, k), config)
     if forced_BxN is not None:
       token, logp = force(step_logits, token, logp, forced_BxN[:, k], config)
     token = jnp.where(writing, token, config.pad_token)
+    if seen is not None:
+      seen = mark_seen(seen, token[:, None], writing[:, None])
     grammar_next, stop_next, closed = advance(automaton, grammar_state, stop_state, token, config)
     tokens_T = tokens_T.at[:, k].set(token)
     states_T = states_T.at[:, k].set(grammar_state)
@@ -142,15 +152,15 @@ def _decode_turn(model, automaton, config, turn, key, dstate, logits, running, b
     stop_state = jnp.where(writing, stop_next, stop_state)
     ended = ended | (writing & (closed | (k + 1 >= limit)))
     return (k + 1, dstate, logits, grammar_state, stop_state, ended,
-            count + writing.astype(jnp.int32), tokens_T, states_T, buffers)
+            count + writing.astype(jnp.int32), tokens_T, states_T, buffers, seen)
 
   start = jnp.full(batch, START, jnp.int32)
   carry = (jnp.asarray(0), dstate, logits, start, start, ~running, jnp.zeros(batch, jnp.int32),
            jnp.full((batch, limit), config.pad_token, jnp.int32),
-           jnp.full((batch, limit), START, jnp.int32), buffers)
-  _, dstate, logits, grammar_state, _, _, count, tokens_T, states_T, buffers = (
+           jnp.full((batch, limit), START, jnp.int32), buffers, seen_BxV)
+  _, dstate, logits, grammar_state, _, _, count, tokens_T, states_T, buffers, seen_BxV = (
       jax.lax.while_loop(cond, body, carry))
-  return dstate, logits, tokens_T, states_T, count, grammar_state, buffers
+  return dstate, logits, tokens_T, states_T, count, grammar_state, buffers, seen_BxV
 
 
 def _vision_inputs(model, images_BxHxWx3):
@@ -239,6 +249,10 @@ def rollout(model, agent, automaton: TokenAutomaton, template: ObservationTempla
   pad = jnp.full((batch, size - prompt_length), config.pad_token, jnp.int32)
   buffers = (jnp.concatenate([prompt_ids_BxL.astype(jnp.int32), pad], 1),
              dstate.valid, jnp.zeros((batch, size), bool), jnp.zeros((batch, size), jnp.float32))
+  seen = None
+  if config.repetition_penalty != 1.0:
+    seen = mark_seen(jnp.zeros((batch, logits.shape[-1]), bool), prompt_ids_BxL,
+                     prompt_mask_BxL.astype(bool))
   num_fields = len(automaton.grammar.fields)
   answer_option = automaton.grammar.option("kind", b"<answer>")
   height, width = agent.image_size
@@ -270,12 +284,12 @@ def rollout(model, agent, automaton: TokenAutomaton, template: ObservationTempla
     return (turn < turns) & jnp.any(running)
 
   def body(carry):
-    turn, running, dstate, logits, env_state, buffers, record = carry
+    turn, running, dstate, logits, env_state, buffers, record, seen = carry
     turn_slot = dstate.next_slot
     forced = None if forced_BxTxN is None else jax.lax.dynamic_index_in_dim(
         forced_BxTxN, turn, axis=1, keepdims=False)
-    dstate, logits, tokens_T, states_T, count, final_state, buffers = _decode_turn(
-        model, automaton, config, turn, key, dstate, logits, running, buffers, forced)
+    dstate, logits, tokens_T, states_T, count, final_state, buffers, seen = _decode_turn(
+        model, automaton, config, turn, key, dstate, logits, running, buffers, forced, seen)
     turn_end = dstate.next_slot
     parsed = jax.vmap(lambda t, s, n, f: parse_turn(automaton, t, s, n, f))(
         tokens_T, states_T, count, final_state)
@@ -359,11 +373,14 @@ def rollout(model, agent, automaton: TokenAutomaton, template: ObservationTempla
 
     dstate, logits, buffers = jax.lax.cond(jnp.any(continuing), observe, skip,
                                            (dstate, logits, buffers))
-    return turn + 1, continuing, dstate, logits, env_state, buffers, record
+    if seen is not None:
+      ids, mask = message(numbers, variant)
+      seen = mark_seen(seen, ids, mask & continuing[:, None])
+    return turn + 1, continuing, dstate, logits, env_state, buffers, record, seen
 
   carry = (jnp.asarray(0, jnp.int32), jnp.ones(batch, bool), dstate, logits, env_state, buffers,
-           record)
-  _, _, dstate, _, env_state, buffers, record = jax.lax.while_loop(cond, body, carry)
+           record, seen)
+  _, _, dstate, _, env_state, buffers, record, _ = jax.lax.while_loop(cond, body, carry)
   tokens, attention, loss, logprobs = buffers
 
   answered = jnp.any(record["turn_answer"], -1)

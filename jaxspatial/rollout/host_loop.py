@@ -103,6 +103,9 @@ def host_rollout(model, agent, tokenizer, template: ObservationTemplate, tasks, 
   action_present, reward, ...) and `turn_text` (each episode's turns as bytes)."""
   if config.constrained:
     raise ValueError("host_rollout: the host loop decodes parse-only (constrained=False)")
+  if config.repetition_penalty != 1.0:
+    raise ValueError("host_rollout: the host loop has no repetition penalty "
+                     f"(RolloutConfig.repetition_penalty {config.repetition_penalty})")
   check_turn_budget(agent, config)
   retry_format_errors = bool(getattr(agent, "continue_on_format_error", False))
   choose_variant = getattr(agent, "observation_variant", None)

@@ -13,7 +13,9 @@ from flax import nnx
 from data_pipelines.synthetic import episodes
 from jaxspatial.envs import act3d
 from jaxspatial.models.qwen2_5_vl.model import Qwen25VL
+from jaxspatial.models.qwen2_5_vl.preprocess import batch_vision_inputs
 from jaxspatial.rollout import agents, automaton as am, episode, host_loop, observation, tiny
+from jaxspatial.train import TrainBatch
 
 BATCH = 4
 AGENT = agents.Act3DAgent(act3d.Act3DParams(width=56, height=56, grounding_min_pixels=5,
@@ -385,3 +387,48 @@ def test_a_replay_names_the_teacher_turn_it_cannot_play(setup):
   traj = jax.device_get(run(s["model"], s["automaton"], s["tasks"], jnp.asarray(s["ids"]),
                             jnp.asarray(s["mask"]), jax.random.PRNGKey(0), jnp.asarray(forced)))
   episode.check_replay(traj, forced, names, s["tok"])  # a clean replay passes
+
+
+def test_repetition_penalty_equals_transformers_and_logprobs_follow_it(setup):
+  """Think3D-RL samples with Hugging Face's repetition penalty (1.1 in the public script).
+  The penalty equals transformers' RepetitionPenaltyLogitsProcessor over every token in
+  context, and the rollout's log-probabilities are those of the penalised distribution it
+  sampled from: recomputed here from one forward pass over the trajectory and the
+  processor applied at each position to the attended tokens before it."""
+  import torch
+  from transformers.generation.logits_process import RepetitionPenaltyLogitsProcessor
+
+  from jaxspatial.models.qwen2_5_vl import sampler
+  rng = np.random.default_rng(0)
+  logits = rng.normal(0, 3, (3, 50)).astype(np.float32)
+  context = rng.integers(0, 50, (3, 12))
+  seen = sampler.mark_seen(jnp.zeros((3, 50), bool), jnp.asarray(context),
+                           jnp.ones((3, 12), bool))
+  ours = np.asarray(sampler.repetition_penalty(jnp.asarray(logits), seen, 1.3))
+  theirs = RepetitionPenaltyLogitsProcessor(1.3)(torch.tensor(context), torch.tensor(logits))
+  np.testing.assert_allclose(ours, theirs.numpy(), rtol=1e-6)
+
+  s = setup
+  penalty = 1.3
+  config = _config(s["tok"], temperature=1.0, repetition_penalty=penalty)
+  scripts = [[_call("turn_left", 60), None], [None], [_call("up"), None], [None]]
+  forced = episode.forced_tokens(s["tok"], scripts, config)
+  run = episode.compile_rollout(AGENT, s["template"], config)
+  traj = jax.device_get(run(s["model"], s["automaton"], s["tasks"], jnp.asarray(s["ids"]),
+                            jnp.asarray(s["mask"]), jax.random.PRNGKey(3), jnp.asarray(forced)))
+  model = s["model"]
+  batch = TrainBatch.from_trajectory(traj)
+  pixels, grids, sequence_grids = batch_vision_inputs(model.config.vision,
+                                                      jnp.asarray(batch.images))
+  full = np.asarray(model(jnp.asarray(traj.tokens), jnp.asarray(traj.attention_mask), pixels,
+                          grids, sequence_grids), np.float32)
+  processor = RepetitionPenaltyLogitsProcessor(penalty)
+  checked = 0
+  for b in range(BATCH):
+    for j in np.nonzero(traj.loss_mask[b])[0]:
+      before = traj.tokens[b, :j][traj.attention_mask[b, :j]]
+      scores = processor(torch.tensor(before[None]), torch.tensor(full[b, j - 1][None]))
+      expected = torch.log_softmax(scores, -1)[0, traj.tokens[b, j]].item()
+      assert traj.logprobs[b, j] == pytest.approx(expected, abs=2e-4)
+      checked += 1
+  assert checked > 100

@@ -38,6 +38,9 @@ class Generation:
   logprobs: Array    # [B, N] float32 log-probabilities of the sampled tokens (0 on pads)
   lengths: Array     # [B] int32 generated tokens, the stop token included
   latents: Array     # [B, num_latents, C] hidden states fed back in latent mode (else zeros)
+  # [B, num_latents, C] final hidden states at the first num_latents generated positions
+  # (latent mode configured; else None): 3DThinker's fallback when no latent block is made.
+  first_hidden: Array | None = None
 
 
 def filter_logits(logits_BxV: Array, top_k: int, top_p: float) -> Array:
@@ -55,6 +58,23 @@ def filter_logits(logits_BxV: Array, top_k: int, top_p: float) -> Array:
                                           order].set(keep_sorted)
     logits_BxV = jnp.where(keep, logits_BxV, -jnp.inf)
   return logits_BxV
+
+
+def repetition_penalty(logits_BxV: Array, seen_BxV: Array, penalty: float) -> Array:
+  """Hugging Face's (and vLLM's) repetition penalty: for every token already in the
+  context (prompt included), a positive logit is divided by `penalty`, a negative one
+  multiplied. Applied before temperature and top-k / top-p, as `generate` orders them."""
+  if penalty == 1.0:
+    return logits_BxV
+  penalised = jnp.where(logits_BxV < 0, logits_BxV * penalty, logits_BxV / penalty)
+  return jnp.where(seen_BxV, penalised, logits_BxV)
+
+
+def mark_seen(seen_BxV: Array, tokens_BxL: Array, mask_BxL: Array) -> Array:
+  """`seen` with the masked-in tokens of `tokens` added (for `repetition_penalty`)."""
+  rows = jnp.broadcast_to(jnp.arange(tokens_BxL.shape[0])[:, None], tokens_BxL.shape)
+  columns = jnp.where(mask_BxL, tokens_BxL, seen_BxV.shape[1])  # out of range: dropped
+  return seen_BxV.at[rows, columns].set(True, mode="drop")
 
 
 def sample_token(logits_BxV: Array, key: Array, temperature: float, top_k: int = 0,
@@ -160,7 +180,7 @@ def decode(model, state: DecodeState, logits_BxV: Array, key: Array,
     return (step < config.max_new_tokens) & ~jnp.all(finished)
 
   def body(carry):
-    step, state, logits, tokens, logprobs, latent_left, latents, finished, key = carry
+    step, state, logits, tokens, logprobs, latent_left, latents, first, finished, key = carry
     key, sample_key = jax.random.split(key)
     token, logp = choose(logits, sample_key)
     in_latent = latent_left > 0
@@ -192,16 +212,21 @@ def decode(model, state: DecodeState, logits_BxV: Array, key: Array,
                         next_position=state.next_position + 1,
                         last_hidden=hidden[:, -1].astype(jnp.float32), last_token=token)
     logits = text.logits(hidden[:, -1]).astype(jnp.float32)
-    return step + 1, state, logits, tokens, logprobs, latent_left, latents, now_finished, key
+    if first is not None:  # the hidden state at generated position `step`
+      first = jnp.where((jnp.arange(config.num_latents) == step)[None, :, None],
+                        state.last_hidden[:, None], first)
+    return (step + 1, state, logits, tokens, logprobs, latent_left, latents, first,
+            now_finished, key)
 
   tokens = jnp.full((batch, config.max_new_tokens), config.pad_token, jnp.int32)
   logprobs = jnp.zeros((batch, config.max_new_tokens), jnp.float32)
   latent_left = jnp.where(state.last_token == start_id, config.num_latents, 0).astype(jnp.int32)
   latents = jnp.zeros((batch, config.num_latents, hidden_size), jnp.float32)
+  first = latents if latent else None
   carry = (jnp.asarray(0), state, logits_BxV.astype(jnp.float32), tokens, logprobs,
-           latent_left, latents, jnp.zeros(batch, bool), key)
-  step, _, _, tokens, logprobs, _, latents, _, _ = jax.lax.while_loop(cond, body, carry)
+           latent_left, latents, first, jnp.zeros(batch, bool), key)
+  step, _, _, tokens, logprobs, _, latents, first, _, _ = jax.lax.while_loop(cond, body, carry)
   is_stop = jnp.any(tokens[..., None] == stops, axis=-1)
   first_stop = jnp.where(jnp.any(is_stop, -1), jnp.argmax(is_stop, -1) + 1, step)
   return Generation(tokens=tokens, logprobs=logprobs, lengths=first_stop.astype(jnp.int32),
-                    latents=latents)
+                    latents=latents, first_hidden=first)
