@@ -5,13 +5,22 @@ r"""Act3D: trajectory SFT, then GRPO with the composite judge / EM / interaction
         --config.sft.trajectories=/data/act3d_sft.jsonl
     python -m launch.train --config configs/act3d_grpo.py:cpu        (runs here)
 
-Published setting (paper sections 4 and 6): Qwen3.5-9B; SFT on 5,712 teacher trajectories,
-2 epochs, batch 16, lr 1e-5, observations and prompt masked; then GRPO with G = 8, 64
-prompts per step, mini-batch 16 (4 optimizer steps per rollout batch), lr 2e-6,
+Published setting (paper sections 3.2-3.3 and 4.1, appendix C.1): SFT on 5,712 teacher
+trajectories, 2 epochs, batch 16, lr 1e-5, observations and prompt masked; then GRPO with
+G = 8, 64 prompts per step, mini-batch 16 (4 optimizer steps per rollout batch), lr 2e-6,
 temperature 0.7, eps 0.2, beta 0.005 (estimator unstated: k3), no entropy bonus,
-per-trajectory token mean then mean over G, up to 12 interactions, 640x480 renders.
-Reward 0.3 judge + 0.2 EM + 0.05 judge c(tau) - 0.2 malformed (the rule judge stands in
-for the LLM judge). Cost: H200 GPUs with asynchronous vLLM rollouts in the paper.
+per-trajectory token mean then mean over G, 12 interactions then the answer (13 turns),
+640x480 renders, the system message and first user turn of appendix C.1 verbatim.
+Reward (eqs. 8-9): 0.3 judge + 0.2 EM (any annotated answer) + 0.05 judge c(tau) - 0.2
+R_fmt (a missing or empty answer; `reward.weights.format_rule="grammar"` also counts
+grammar slips), c = 12 once an answer object has been seen (the initial view counts).
+
+Not reproduced here: the policy family (Qwen3.5-9B; only Qwen2.5-VL-shaped checkpoints
+load so far), the LLM judge (the on-device rule judge, normalised EM or token F1 >= 0.5,
+stands in unless the rollout is given a host judge), the observation wording after a move
+(the paper gives only its content: camera and look-at point to 0.01 m), the renderer's
+field of view (unstated; 90 degrees here), asynchronous vLLM rollouts. Cost: H200 GPUs in
+the paper.
 
 `cpu`: tiny random policy, synthetic_spatial/tiny, 100 SFT steps on the scripted teacher
 (one turn, then the answer text), 10 GRPO steps of 2 prompts x 8 in 2 mini-batches;
@@ -28,7 +37,8 @@ def get_config(variant: str = "reference"):
                      kl_estimator="k3", aggregation="sequence-mean-token-mean")
   c.advantage = dict(estimator="grpo", ddof=1, eps=1e-6, group_size=8)
   c.reward.weights = dict(judge_weight=0.3, exact_match_weight=0.2, interaction_weight=0.05,
-                          format_weight=0.2, max_interactions=12)
+                          format_weight=0.2, max_interactions=12, format_rule="paper",
+                          grounding="all")
   c.rollout.update(max_turns=13, temperature=0.7)  # 12 interactions, then the answer
   c.sft.update(steps=714, batch=16, learning_rate=1e-5)  # 2 epochs of 5,712
   c.grpo.update(prompts=64, mini_batches=4, learning_rate=2e-6)
@@ -36,4 +46,5 @@ def get_config(variant: str = "reference"):
   if variant == "cpu":
     c.reward.weights.max_interactions = 1
     c.grpo.mini_batches = 2
+    c.data.prompt_tokens = 600  # appendix C.1's system message is about 500 tiny tokens
   return c

@@ -21,21 +21,27 @@ def base(name: str, agent: str, variant: str) -> ml_collections.ConfigDict:
   c.seed = 0
   c.workdir = f"outputs/{name}" + ("_cpu" if variant == "cpu" else "")
   c.mesh = dict(data=-1, fsdp=1, tensor=1)
-  # checkpoint: a Hugging Face Qwen2.5-VL folder; "" = a tiny random policy (cpu variant)
-  c.model = dict(checkpoint="")
-  c.agent = dict(name=agent, width=640, height=480, hfov_deg=90.0, max_images=8)
+  # checkpoint: a Hugging Face Qwen2.5-VL folder; "" = a tiny random policy (cpu variant).
+  # frozen: parameter paths that do not train (e.g. ("visual",): the vision tower).
+  c.model = dict(checkpoint="", frozen=())
+  # input_views: Think3D's first prompt holds up to this many input views; views: its
+  # action space, "free" angles or the public RL prompt's three "preset" views.
+  c.agent = dict(name=agent, width=640, height=480, hfov_deg=90.0, max_images=8,
+                 input_views=8, views="free")
   c.data = dict(builder="synthetic_spatial", config="base", data_dir="outputs/data",
                 build=False, train_split="train", eval_split="test", points=262_144,
                 prompt_tokens=4096)
+  # max_turns = the environment's tool calls + 1 (the last turn answers)
   c.rollout = dict(max_turns=4, max_turn_tokens=1024, temperature=1.0, top_p=1.0,
-                   constrained=False)
+                   constrained=False, repetition_penalty=1.0)
   c.reward = dict(weights={})
   # sft.trajectories: a teacher trajectory file (data_pipelines/synthetic/teachers.py), or
   # "scripted" for the synthetic dataset's scripted teacher
   c.sft = dict(steps=0, batch=16, learning_rate=1e-5, warmup_ratio=0.0, clip_norm=1.0,
                weight_decay=0.0, micro_batches=1, trajectories="")
-  c.grpo = dict(steps=500, prompts=16, learning_rate=1e-6, warmup_ratio=0.0, clip_norm=1.0,
-                weight_decay=0.0, mini_batches=1, epochs=1, micro_batches=1)
+  # steps -1: `data_epochs` passes over the training split's tasks
+  c.grpo = dict(steps=500, data_epochs=1.0, prompts=16, learning_rate=1e-6, warmup_ratio=0.0,
+                clip_norm=1.0, weight_decay=0.0, mini_batches=1, epochs=1, micro_batches=1)
   c.eval = dict(batch=64, tasks=1024)
   c.checkpoint = dict(every=50, keep=3)
   c.log_every = 10

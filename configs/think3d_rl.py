@@ -4,17 +4,29 @@ r"""Think3D-RL: GRPO over view-tool rollouts, observation tokens masked.
         --config.model.checkpoint=/ckpt/Qwen2.5-VL-3B --config.data.data_dir=/data
     python -m launch.train --config configs/think3d_rl.py:cpu        (runs here)
 
-Published setting (paper + public ms-swift script): Qwen3-VL-4B (Qwen2.5-VL-shaped models
-load here), 8 rollouts per prompt, 3 tool turns, lr 1e-6 with 5% warm-up, KL beta 0.001,
-temperature 0.6, accuracy 1.0 + format 1.0 rewards, no SFT. Clip, KL estimator and
-aggregation are ms-swift defaults the script does not pin (likely eps 0.2, k3): we use
-those. Cost: 8 x H200 for one epoch of 977 MindCube prompts in the paper.
+Published setting (paper section 3.4 and appendix A; the public ms-swift script where the
+paper is silent): GRPO, 8 rollouts per prompt, `max_turns 3` (two views, then the answer),
+one epoch of the 977 MindCube prompts (steps = tasks / prompts), lr 1e-6 with 5% warm-up,
+KL beta 0.001, temperature 0.6 with repetition penalty 1.1, grad-norm clip 0.5, vision
+tower frozen (LLM fully trained), accuracy 1.0 + format 1.0 rewards, no SFT. The first
+prompt holds the task's input views (up to 8); views are anchored on an input camera,
+ego or global (global views draw the input cameras), "(0, 0)" returns the anchor's
+input image; the message after each view is stage-aware (the last one says: answer now,
+no tools). Clip, KL estimator and aggregation are ms-swift defaults the script does not
+pin (likely eps 0.2, k3): we use those.
 
-`cpu`: a tiny random policy (0.20M parameters) on synthetic_spatial/tiny (built on first use,
-about 20 s), 100 SFT steps on the scripted teacher (one view, then the letter; the base
-policy has never seen the tool format), 10 GRPO steps of 2 prompts x 8; the three CPU
-recipes take 12m49s together (`make recipes`) on
-a 2-core CPU. It shows the recipe runs, not that it learns.
+Not reproduced here: the policy family (Qwen3-VL-4B; only Qwen2.5-VL-shaped checkpoints
+load so far), Pi3 reconstructions (the dataset must carry the point clouds and views), the
+public code's per-turn message replacement (each continuation re-sends the question, the
+last reply and the images; we keep one growing conversation) and its long continuation
+texts (ours are short, stage-aware templates). `agent.views="preset"` restricts angles
+to the paper-era RL prompt's (-45, 0), (45, 0), (0, 60). Cost: 8 x H200 for one epoch in
+the paper.
+
+`cpu`: a tiny random policy (0.20M parameters) on synthetic_spatial/tiny (built on first
+use, about 20 s), 100 SFT steps on the scripted teacher (one view, then the letter; the
+base policy has never seen the tool format), 10 GRPO steps of 2 prompts x 8, one view per
+episode. It shows the recipe runs, not that it learns.
 """
 
 from configs.agent_recipe import base, shrink_for_cpu
@@ -22,11 +34,13 @@ from configs.agent_recipe import base, shrink_for_cpu
 
 def get_config(variant: str = "reference"):
   c = base("think3d_rl", "think3d", variant)
+  c.model.frozen = ("visual",)
   c.objective = dict(epsilon_low=0.2, epsilon_high=0.2, dual_clip=None, beta=0.001,
                      kl_estimator="k3", aggregation="sequence-mean-token-mean")
   c.advantage = dict(estimator="grpo", ddof=1, eps=1e-4, group_size=8)
   c.reward.weights = dict(accuracy_weight=1.0, format_weight=1.0)
-  c.rollout.update(max_turns=4, temperature=0.6)   # 3 tool turns, then the answer
-  c.grpo.update(learning_rate=1e-6, warmup_ratio=0.05, clip_norm=0.5, prompts=16)
+  c.rollout.update(max_turns=3, temperature=0.6, repetition_penalty=1.1)
+  c.grpo.update(steps=-1, data_epochs=1.0, learning_rate=1e-6, warmup_ratio=0.05,
+                clip_norm=0.5, prompts=16)
   shrink_for_cpu(c)
   return c
