@@ -37,11 +37,14 @@ def base(name: str, agent: str, variant: str) -> ml_collections.ConfigDict:
   c.reward = dict(weights={})
   # sft.trajectories: a teacher trajectory file (data_pipelines/synthetic/teachers.py), or
   # "scripted" for the synthetic dataset's scripted teacher
+  # decay, final_fraction, weight_decay_mask: see jaxspatial.train.OptimizerConfig
   c.sft = dict(steps=0, batch=16, learning_rate=1e-5, warmup_ratio=0.0, clip_norm=1.0,
-               weight_decay=0.0, micro_batches=1, trajectories="")
+               weight_decay=0.0, micro_batches=1, trajectories="", decay="cosine",
+               final_fraction=0.1, weight_decay_mask="all")
   # steps -1: `data_epochs` passes over the training split's tasks
   c.grpo = dict(steps=500, data_epochs=1.0, prompts=16, learning_rate=1e-6, warmup_ratio=0.0,
-                clip_norm=1.0, weight_decay=0.0, mini_batches=1, epochs=1, micro_batches=1)
+                clip_norm=1.0, weight_decay=0.0, mini_batches=1, epochs=1, micro_batches=1,
+                decay="cosine", final_fraction=0.1, weight_decay_mask="all")
   c.eval = dict(batch=64, tasks=1024)
   c.checkpoint = dict(every=50, keep=3)
   c.log_every = 10

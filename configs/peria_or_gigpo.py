@@ -8,10 +8,21 @@ r"""PERIA: cold-start SFT, then OR-GIGPO (episode + step-group advantages), no K
 Published setting (paper; launch script in brackets where it differs): SFT lr 1e-5, batch
 32; then N = 4 rollouts per prompt [2], gamma 0.99, omega 1.0, delta 0.9, eps 0.2, no KL
 and no entropy bonus, lr 1e-6 cosine with 5% warm-up, token mean over all tokens of the
-batch, T <= 11 turns [10], observation tokens masked, temperature 1.0. Reward: R_rep +
-R_format + R_correct (MapTrace: the paper's NDTW mapping). Here the interaction tools act
-on renders of the task's scene; step groups match the image each call produced. Cost:
-FSDP2 on GPU nodes, 3 epochs, in the public script.
+batch, T <= 11 turns [10] (10 tool calls, then the answer; the image list holds 11),
+observation tokens masked, temperature 1.0. Reward: R_rep (consecutive repeats, the public
+reward's tiers) + R_format + R_correct (MapTrace: the paper's NDTW mapping). The six
+interaction tools with the public argument names (`image_index`, `bounding_box`,
+`coordinates`, `points`, `text` + `position`), the public messages (success, per-error
+texts, the format error after which the episode continues), "Observation 0:" before the
+first image. Step groups match the observation each step produced (the image a call
+made; answers, malformed turns and rejected calls their own keys).
+
+Not reproduced here: the policy family (Qwen3-VL-8B-Thinking; only Qwen2.5-VL-shaped
+checkpoints load so far), the twelve perception tools (OCR, SAM 3.1, GroundingDINO: no
+perception callbacks yet), the LLM-judge fallback of R_correct, PERIA's own image
+benchmarks (the tools act on renders of the task's 3D scene), `image_label`'s text (drawn
+as a marker only: no text rendering on device). Cost: FSDP2 on GPU nodes, 3 epochs, in
+the public script.
 
 `cpu`: tiny random policy, synthetic_spatial/tiny, 100 SFT steps on the scripted teacher
 (a centre crop, then the letter), 10 OR-GIGPO steps of 4 prompts x 4; the three CPU recipes take
@@ -28,8 +39,11 @@ def get_config(variant: str = "reference"):
   c.advantage = dict(estimator="or_gigpo", ddof=1, eps=1e-6, group_size=4, gamma=0.99,
                      omega=1.0, delta=0.9)
   c.rollout.update(max_turns=11, temperature=1.0)
+  c.agent.max_images = 11  # image 0 and one per tool call
   c.sft.update(steps=500, batch=32, learning_rate=1e-5)
-  c.grpo.update(learning_rate=1e-6, warmup_ratio=0.05, prompts=16)
+  # verl's cosine schedule (min_lr_ratio 0) after 5% warm-up; AdamW over all parameters
+  c.grpo.update(learning_rate=1e-6, warmup_ratio=0.05, prompts=16, decay="cosine",
+                final_fraction=0.0)
   shrink_for_cpu(c)
   if variant == "cpu":
     c.grpo.prompts = 4

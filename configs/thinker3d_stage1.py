@@ -10,13 +10,18 @@ table (alignment loss down, latent similarity up), curve.png, completions.html.
 
 `reference` (the default) holds the published setting (public code): Qwen2.5-VL-3B, 12
 latents, projector mlp_depth 6 (fusion 391 -> 1374 tokens, 2048 channels), 10 epochs,
-per-device batch 1, lr 1e-4 with 10 warm-up steps, weight decay 0.01, bf16, vision tower
-frozen, LLM fully fine-tuned, projector trained; 8 GPUs in the paper's runs. Loading
-Qwen2.5-VL-3B and VGGT features of the 3DThinker data is not possible here, so the launch
-refuses it with that message.
+per-device batch 1, lr 1e-4 with 10 warm-up steps then linear decay to 0 (transformers'
+default scheduler, which the script keeps), weight decay 0.01 except on biases and norms
+(transformers' Trainer rule), bf16, vision tower frozen, LLM fully fine-tuned, projector
+trained; 8 GPUs in the paper's runs. Loading Qwen2.5-VL-3B and VGGT features of the
+3DThinker data is not possible here, so the launch refuses it with that message.
 """
 
 import ml_collections
+
+# transformers' Trainer defaults, which both stages' scripts keep: linear decay to 0 after
+# the warm-up, no weight decay on biases and norms.
+TRAINER = dict(decay="linear", final_fraction=0.0, weight_decay_mask="transformers")
 
 
 def cpu_settings(c: ml_collections.ConfigDict) -> None:
@@ -27,7 +32,7 @@ def cpu_settings(c: ml_collections.ConfigDict) -> None:
   c.scene = dict(width=56, height=56, hfov_deg=90.0, points=6000)
   c.data = dict(train=384, test=96, cache="outputs/thinker3d_data")
   c.features = dict(grid=4, channels=32)           # stand-in: 5 + 16 tokens
-  c.rollout = dict(max_new_tokens=48, temperature=0.9)
+  c.rollout = dict(max_new_tokens=48, temperature=1.0)  # stage 2's, as the reference
   c.eval = dict(batch=48)
   c.checkpoint = dict(every=100, keep=2)
   c.log_every = 10
@@ -49,7 +54,7 @@ def get_config(variant: str = "reference") -> ml_collections.ConfigDict:
     c.workdir = "outputs/thinker3d_stage1"
     c.projector = dict(mlp_depth=6, mm_hidden_size=2048, hidden_size=2048, latent_size=12,
                        fusion_input=391, fusion_output=1374, latent_tokens=64)
-    c.optimizer = dict(learning_rate=1e-4, warmup_steps=10, weight_decay=0.01)
+    c.optimizer = dict(learning_rate=1e-4, warmup_steps=10, weight_decay=0.01, **TRAINER)
     c.epochs = 10
     c.batch = 1
     return c
@@ -58,7 +63,7 @@ def get_config(variant: str = "reference") -> ml_collections.ConfigDict:
   cpu_settings(c)
   c.workdir = "outputs/thinker3d_stage1_cpu"
   c.projector = dict(mlp_depth=3, latent_tokens=64)  # widths follow the model and features
-  c.optimizer = dict(learning_rate=2e-3, warmup_steps=20, weight_decay=0.01)
+  c.optimizer = dict(learning_rate=2e-3, warmup_steps=20, weight_decay=0.01, **TRAINER)
   c.steps = 300
   c.batch = 16
   return c

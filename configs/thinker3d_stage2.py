@@ -3,20 +3,25 @@ r"""3DThinker stage 2: GRPO with format + answer + latent-similarity rewards.
     python -m launch.train --config configs/thinker3d_stage2.py:cpu [--config.key=value]
 
 Cost (`cpu`): 3m44s with stage 1 on a 2-core CPU (`make thinker3d`); it starts from the
-stage-1 checkpoint `init_from` names (configs/thinker3d_stage1.py:cpu): LoRA r 8 on the tiny policy's attention and MLP,
-4 prompts x 8 generations per step, 40 steps; rewards inside the compiled rollout.
+stage-1 checkpoint `init_from` names (configs/thinker3d_stage1.py:cpu): LoRA r 8 on the
+tiny policy's linear layers and LM head, 4 prompts x 8 generations per step, 40 steps;
+rewards inside the compiled rollout.
 
 `reference` (the default) holds the published setting (public code): Qwen2.5-VL-3B with
-LoRA r 64 / alpha 128 / dropout 0.05, beta 0.04 with k3 (no clamp), 8 generations, lr
-1e-5, eps 0.2, num_iterations 1 (so the ratio is 1 and the clip is inactive), std eps
+LoRA r 64 / alpha 128 / dropout 0.05 on every linear layer of the language model and its
+LM head (the trainer's `find_all_linear_names`), beta 0.04 with k3 (no clamp), 8
+generations, lr 1e-5 decaying linearly to 0 (transformers' default scheduler), no weight
+decay, eps 0.2, num_iterations 1 (so the ratio is 1 and the clip is inactive), std eps
 1e-4, per-sequence token mean then batch mean, reference = the policy with LoRA disabled,
-temperature 0.9, projector frozen from stage 1; 8 GPUs, ZeRO-3. The launch refuses it
-here (no Qwen2.5-VL-3B weights or 3DThinker data).
+temperature 1.0 (the trainer's generation config; its 0.9 default is unused),
+projector frozen from stage 1; with no latent block the latent reward scores the hidden
+states after the assistant header; 8 GPUs, ZeRO-3. The launch refuses it here (no
+Qwen2.5-VL-3B weights or 3DThinker data).
 """
 
 import ml_collections
 
-from configs.thinker3d_stage1 import cpu_settings
+from configs.thinker3d_stage1 import TRAINER, cpu_settings
 
 
 def get_config(variant: str = "reference") -> ml_collections.ConfigDict:
@@ -28,15 +33,15 @@ def get_config(variant: str = "reference") -> ml_collections.ConfigDict:
   c.objective = dict(epsilon_low=0.2, epsilon_high=0.2, dual_clip=None, beta=0.04,
                      kl_estimator="k3", aggregation="sequence-mean-token-mean")
   c.advantage = dict(estimator="grpo", ddof=1, eps=1e-4, group_size=8)
-  c.reward = dict(name="thinker3d", token_axis_quirk=False)
+  c.reward = dict(name="thinker3d", token_axis_quirk=False, latent_fallback="after_header")
   c.latents = dict(num_latents=12)
-  c.optimizer = dict(learning_rate=1e-5, warmup_steps=0, lora_rank=64, lora_alpha=128,
-                     lora_dropout=0.05,
+  c.optimizer = dict(learning_rate=1e-5, warmup_steps=0, weight_decay=0.0, lora_rank=64,
+                     lora_alpha=128, lora_dropout=0.05,
                      lora_targets=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
-                                   "up_proj", "down_proj"))
+                                   "up_proj", "down_proj", "lm_head"), **TRAINER)
   if variant == "reference":
     c.workdir = "outputs/thinker3d_stage2"
-    c.rollout = dict(temperature=0.9, max_new_tokens=2048)
+    c.rollout = dict(temperature=1.0, max_new_tokens=2048)
     return c
   if variant != "cpu":
     raise ValueError(f"thinker3d_stage2: variant must be 'reference' or 'cpu', got {variant!r}")

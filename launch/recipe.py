@@ -42,7 +42,7 @@ from jaxspatial.rollout.viewer import trajectory_html
 from jaxspatial.train import (AdvantageConfig, Checkpointer, MetricWriter, OptimizerConfig,
                               PreemptionGuard, ReferencePolicy, StepConfig, TrainBatch,
                               global_batch, grpo, initialize_from_env, make_optimizer,
-                              train_step)
+                              train_step, trainable)
 from jaxspatial.train.plots import line_chart
 
 SYSTEMS = {"think3d": prompts.THINK3D_SYSTEM, "act3d": prompts.ACT3D_SYSTEM,
@@ -63,12 +63,19 @@ class RecipeJob:
   image_tokens: int
 
 
+def needs_views(c) -> bool:
+  """Think3D's prompt holds the dataset's input views; the other agents start from a render."""
+  return c.agent.name == "think3d"
+
+
 def make_agent(c):
   a, turns = c.agent, c.rollout.max_turns
   if a.name == "think3d":
     return agents.Think3DAgent(think3d.Think3DParams(width=a.width, height=a.height,
-                                                     max_rounds=turns - 1),
-                               Think3DRewardConfig(**c.reward.get("weights", {})))
+                                                     max_rounds=turns - 1,
+                                                     num_prompt_images=a.input_views),
+                               Think3DRewardConfig(**c.reward.get("weights", {})),
+                               views=a.views)
   if a.name == "act3d":
     return agents.Act3DAgent(act3d.Act3DParams(width=a.width, height=a.height,
                                                hfov_deg=a.hfov_deg, max_interactions=turns - 1),
@@ -129,20 +136,32 @@ def build(c) -> RecipeJob:
       max_turns=c.rollout.max_turns, max_turn_tokens=c.rollout.max_turn_tokens,
       temperature=c.rollout.temperature, top_p=c.rollout.top_p,
       constrained=c.rollout.constrained, eos_tokens=(eos,),
-      pad_token=tok.pad_token_id if tok.pad_token_id is not None else 0)
+      pad_token=tok.pad_token_id if tok.pad_token_id is not None else 0,
+      repetition_penalty=c.rollout.repetition_penalty)
   return RecipeJob(c, mesh, tok, model, agent, automaton, template, config, n_image)
 
 
 def prompt_arrays(job: RecipeJob, tasks) -> tuple[np.ndarray, np.ndarray]:
-  """The first prompts of a batch of tasks, left-padded to `data.prompt_tokens`."""
+  """The first prompts of a batch of tasks, left-padded to `data.prompt_tokens`. Think3D's
+  holds the task's input views (the first `agent.input_views`; a task's padding views are
+  masked)."""
   name = job.config.agent.name
+  length = job.config.data.prompt_tokens
+  if name == "think3d":
+    views = job.agent.params.num_prompt_images
+    users = [decode_text(q) for q in tasks.question_ids]
+    return prompts.left_padded_views(job.tokenizer, SYSTEMS[name], users, job.image_tokens,
+                                     views, np.minimum(tasks.num_input_cameras, views), length)
   texts = []
   for row in range(len(tasks.question_ids)):
     question = decode_text(tasks.question_ids[row])
     if name == "act3d":
       question = prompts.act3d_user_text(question, tasks.scene_min[row], tasks.scene_max[row])
-    texts.append(prompts.chat_prompt(SYSTEMS[name], question, job.image_tokens))
-  return prompts.left_padded(job.tokenizer, texts, job.config.data.prompt_tokens)
+    if name == "peria":  # "Observation 0:" before the image, as PERIA's pipeline sends it
+      texts.append(prompts.peria_prompt(SYSTEMS[name], question, job.image_tokens))
+    else:
+      texts.append(prompts.chat_prompt(SYSTEMS[name], question, job.image_tokens))
+  return prompts.left_padded(job.tokenizer, texts, length)
 
 
 def rollout(job: RecipeJob, tasks, key, config=None, forced=None):
@@ -211,7 +230,8 @@ class TeacherData:
     chosen = [self.records[i] for i in order[position * size:(position + 1) * size]]
     tasks = []
     for scene, question, _ in chosen:
-      found = scene_tasks(self.source[scene], points=c.data.points)
+      found = scene_tasks(self.source[scene], points=c.data.points,
+                          input_images=needs_views(c))
       if question >= len(found):
         raise ValueError(f"SFT: scene {scene} has {len(found)} questions, no question "
                          f"{question}")
@@ -235,7 +255,8 @@ def evaluate(job: RecipeJob, split: str | None = None) -> dict:
                      "processes")
   per_process = c.eval.batch // jax.process_count()
   batches = task_batches(source, per_process, shuffle=False, drop_remainder=False,
-                         shard=(jax.process_index(), jax.process_count()), points=c.data.points)
+                         shard=(jax.process_index(), jax.process_count()), points=c.data.points,
+                         input_images=needs_views(c))
   counts = np.zeros((len(FAMILIES), 2))  # [correct, total] per family
   seen = 0
   for tasks, meta in batches:
@@ -276,10 +297,25 @@ def _data_state_path(workdir, step):
   return pathlib.Path(workdir) / "checkpoints" / "data_state" / f"{step}.process{jax.process_index()}.json"
 
 
+def rl_steps(c, source) -> int:
+  """`grpo.steps`, or with -1 `grpo.data_epochs` passes over the split's tasks (the papers
+  count RL in epochs: Think3D-RL one epoch of its 977 prompts)."""
+  if c.grpo.steps >= 0:
+    return c.grpo.steps
+  tasks = sum(len(json.loads(source[i]["questions"])) for i in range(len(source)))
+  steps = int(c.grpo.data_epochs * tasks) // c.grpo.prompts
+  if steps < 1:
+    raise ValueError(f"grpo.steps -1: {c.grpo.data_epochs} epochs of {tasks} tasks at "
+                     f"{c.grpo.prompts} prompts a step is less than one step")
+  return steps
+
+
 def _optimizer_config(o, total: int) -> OptimizerConfig:
   return OptimizerConfig(learning_rate=o.learning_rate, total_steps=total,
                          warmup_steps=int(round(o.warmup_ratio * total)),
-                         clip_norm=o.clip_norm, weight_decay=o.weight_decay)
+                         clip_norm=o.clip_norm, weight_decay=o.weight_decay, decay=o.decay,
+                         final_fraction=o.final_fraction,
+                         weight_decay_mask=o.weight_decay_mask)
 
 
 def run(c) -> dict:
@@ -302,30 +338,32 @@ def run(c) -> dict:
   for name, rows in (("grpo.prompts", c.grpo.prompts), ("sft.batch", c.sft.batch)):
     if rows % jax.process_count():
       raise ValueError(f"{name} {rows} does not split over {jax.process_count()} processes")
-  updates = c.grpo.steps * c.grpo.epochs * c.grpo.mini_batches
+  grpo_steps = rl_steps(c, train_source)
+  updates = grpo_steps * c.grpo.epochs * c.grpo.mini_batches
   sft_opt = _optimizer_config(c.sft, max(c.sft.steps, 1))
   grpo_opt = _optimizer_config(c.grpo, max(updates, 1))
+  wrt = trainable(frozen=tuple(c.model.frozen))  # e.g. the vision tower ("visual")
   with jax.set_mesh(job.mesh):
-    optimizer = make_optimizer(job.model, sft_opt if c.sft.steps else grpo_opt)
+    optimizer = make_optimizer(job.model, sft_opt if c.sft.steps else grpo_opt, wrt)
   checkpointer = Checkpointer(workdir / "checkpoints", keep=c.checkpoint.keep,
                               best_metric="reward")
   writer = MetricWriter(workdir) if jax.process_index() == 0 else None
   step, results = 0, {}
   if c.resume:
     step, extra, optimizer = checkpointer.restore_phases(
-        job.model, optimizer, lambda: make_optimizer(job.model, grpo_opt, mesh=job.mesh),
+        job.model, optimizer, lambda: make_optimizer(job.model, grpo_opt, wrt, mesh=job.mesh),
         c.sft.steps)
     results = extra.get("results", {})
     if step:
       print(f"resumed from step {step} ({extra.get('phase')})")
-  total = c.sft.steps + c.grpo.steps
+  total = c.sft.steps + grpo_steps
   beta = c.objective.beta
   reference = (ReferencePolicy.frozen_for_run(job.model, checkpointer)
                if beta > 0 and step >= c.sft.steps else None)
   prompts_local = c.grpo.prompts // jax.process_count()
   stream = iter(task_batches(train_source, prompts_local, seed=c.seed, num_epochs=None,
                              shard=(jax.process_index(), jax.process_count()),
-                             points=c.data.points))
+                             points=c.data.points, input_images=needs_views(c)))
   if step > c.sft.steps:
     stream.set_state(json.loads(_data_state_path(workdir, step).read_text()))
   teacher = None
@@ -410,7 +448,7 @@ def run(c) -> dict:
         if c.eval.tasks:
           results["sft"] = evaluate(job)
         with jax.set_mesh(job.mesh):
-          optimizer = make_optimizer(job.model, grpo_opt)
+          optimizer = make_optimizer(job.model, grpo_opt, wrt)
         if beta > 0:
           reference = ReferencePolicy.frozen_for_run(job.model, checkpointer)
         save("grpo", force=True)

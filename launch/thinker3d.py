@@ -5,8 +5,9 @@
 
 Stage 1 trains the policy and the 3D projector (vision tower frozen) on
 `0.1 CE + 0.0005 alignment`; stage 2 restores it, adds LoRA adapters to the language model
-and runs GRPO (format + answer + latent-similarity rewards, computed inside the compiled
-rollout) with the KL term against the LoRA-disabled base; the projector stays frozen.
+(its linear layers and LM head, as `c.optimizer.lora_targets` lists) and runs GRPO
+(format + answer + latent-similarity rewards, computed inside the compiled rollout) with
+the KL term against the LoRA-disabled base; the projector stays frozen.
 Both evaluate the held-out split before and after (teacher-forced losses, and greedy
 rollouts: format, accuracy, latent similarity of the generated latents, reward) and
 write metrics.jsonl, results.json, a curve PNG, completions.html and checkpoints.
@@ -118,6 +119,7 @@ def build(c) -> Job:
     texts = [prompts.chat_prompt(data.SYSTEM, q, image_tokens, len(data.VIEWS))
              for q in examples.questions]
     ids, mask = prompts.left_padded(tok, texts)
+    check_assistant_header(tok, ids)
     tokens, attention, loss = stage1_batch(tok, texts, examples.targets, c.latents.num_latents)
     return Split(examples, ids, mask, tokens, attention, loss)
 
@@ -145,12 +147,35 @@ def _stage1_eval(policy, batch, config):
 
 def rollout_config(job: Job, temperature: float) -> rollout3d.Thinker3DRolloutConfig:
   c = job.config
+  reward = c.get("reward", {})
   return rollout3d.Thinker3DRolloutConfig(
       latent_tokens=job.latent_ids, stop_tokens=(job.tokenizer.convert_tokens_to_ids(
           "<|im_end|>"),), num_latents=c.latents.num_latents,
       max_new_tokens=c.rollout.max_new_tokens, temperature=temperature,
       pad_token=job.tokenizer.pad_token_id or 0,
-      token_axis_quirk=bool(c.get("reward", {}).get("token_axis_quirk", False)))
+      token_axis_quirk=bool(reward.get("token_axis_quirk", False)),
+      latent_fallback=reward.get("latent_fallback", "after_header"))
+
+
+def optimizer_config(o, total_steps: int) -> OptimizerConfig:
+  """Either stage's optimizer from `c.optimizer` (clipping at 1, transformers' default)."""
+  return OptimizerConfig(
+      learning_rate=o.learning_rate, warmup_steps=o.warmup_steps, total_steps=total_steps,
+      weight_decay=o.get("weight_decay", 0.0), decay=o.get("decay", "cosine"),
+      final_fraction=o.get("final_fraction", 0.1),
+      weight_decay_mask=o.get("weight_decay_mask", "all"), clip_norm=1.0)
+
+
+def check_assistant_header(tokenizer, prompt_ids: np.ndarray) -> None:
+  """The "after_header" latent fallback reads the last prompt position as the one after
+  `<|im_start|>assistant`: every prompt must end with that header and one newline token."""
+  newline = tokenizer.encode("\n", add_special_tokens=False)
+  header = tokenizer.decode(prompt_ids[0, -32:].tolist())
+  if len(newline) != 1 or np.any(prompt_ids[:, -1] != newline[0]) or not header.endswith(
+      "<|im_start|>assistant\n"):
+    raise ValueError(f"launch.thinker3d: prompts must end with '<|im_start|>assistant' and "
+                     f"one newline token (the latent fallback's window starts there); the "
+                     f"first ends with {header!r}")
 
 
 def sample(job: Job, split: Split, index, key, temperature: float, primed: bool = False):
@@ -267,10 +292,8 @@ def _finish(c, job, checkpointer, model, optimizer, step, results, finished) -> 
 
 def run_stage1(c, job: Job, workdir: pathlib.Path) -> dict:
   policy = job.policy
-  optimizer = make_optimizer(policy, OptimizerConfig(
-      learning_rate=c.optimizer.learning_rate, warmup_steps=c.optimizer.warmup_steps,
-      total_steps=c.steps, weight_decay=c.optimizer.weight_decay, clip_norm=1.0),
-      wrt=trainable(frozen=("visual",) if c.freeze_vision else ()))
+  optimizer = make_optimizer(policy, optimizer_config(c.optimizer, c.steps),
+                             wrt=trainable(frozen=("visual",) if c.freeze_vision else ()))
   checkpointer = Checkpointer(workdir / "checkpoints", keep=c.checkpoint.keep)
   restored = checkpointer.restore(policy, optimizer) if c.resume else None
   step, results = (0, {}) if restored is None else (restored[0], restored[1]["results"])
@@ -304,9 +327,8 @@ def run_stage2(c, job: Job, workdir: pathlib.Path) -> dict:
   apply_lora(policy.model.language_model, tuple(lora.lora_targets), lora.lora_rank,
              lora.lora_alpha, lora.lora_dropout, rngs=nnx.Rngs(c.seed + 2))
   model = policy.model  # the projector is frozen: only the adapters train
-  optimizer = make_optimizer(model, OptimizerConfig(
-      learning_rate=lora.learning_rate, warmup_steps=lora.warmup_steps, total_steps=c.steps,
-      clip_norm=1.0), wrt=trainable(adapters_only=True))
+  optimizer = make_optimizer(model, optimizer_config(lora, c.steps),
+                             wrt=trainable(adapters_only=True))
   reference = ReferencePolicy.create("lora_disabled", model) if c.objective.beta > 0 else None
   checkpointer = Checkpointer(workdir / "checkpoints", keep=c.checkpoint.keep)
   restored = checkpointer.restore(model, optimizer) if c.resume else None

@@ -28,8 +28,8 @@ ACTIONS = {
                 '</tool_call>'),
     "act3d": ('<tool_call>{{"name": "render_view_tool", "arguments": {{"action": "{turn}"}}}}'
               '</tool_call>'),
-    "peria": ('<action>{{"name": "image_crop", "arguments": {{"image": 0, "bbox": [250, 250, '
-              '750, 750]}}}}</action>'),
+    "peria": ('<action>{{"name": "image_crop", "arguments": {{"image_index": 0, '
+              '"bounding_box": [250, 250, 750, 750]}}}}</action>'),
 }
 
 

@@ -6,11 +6,37 @@ interaction tool applied to one of its images, the result appended as the next i
 
 PERIA's own tasks are images (charts, maps, documents); here image 0 is a render of the
 task's scene from its initial camera, so the synthetic 3D tasks serve this agent too.
-Tools take a box in [0, scale] coordinates (Qwen-VL grounding: 1000), as in the paper's
-`image_crop` example; `draw_line` joins the box's corners (x0, y0) and (x1, y1). A crop is
-resized back to the observation size (static shapes). A call is invalid, and changes
-nothing, when its image index is not in the list, the list is full, or the tool rejects
-its box (`jaxspatial.envs.image_tools`).
+
+The six interaction tools of the public tool server, with its argument names (`image_index`
+is a position in the image list; coordinates are in [0, scale], Qwen-VL grounding: 1000):
+
+  image_crop       bounding_box [x1, y1, x2, y2]   resized back to the observation size
+  image_label      text, position [x, y]           a marker: text is not drawn on device
+  draw_line        coordinates [x1, y1, x2, y2]
+  draw_path        points [x1, y1, x2, y2, ...]    2 to `max_path_points` waypoints
+  bounding_box     bounding_box [x1, y1, x2, y2]
+  image_highlight  bounding_box [x1, y1, x2, y2]
+
+Coordinates map to pixels as the public server does, int(c * size / 1000), so
+[0, 0, 1000, 1000] is the whole image (`pixel_map`, see `image_tools`). Drawing styles are
+the public tools': blue lines 3 px wide, red waypoint dots of radius 4 on a path, green
+boxes 3 px wide, a yellow highlight at opacity 100/255; a label is a red marker.
+
+An action carries the argument it wrote its coordinates to (`ARGUMENTS`) and its points.
+A call is invalid, and changes nothing, for the first of these reasons (`ERRORS`, in the
+order the public tools fail; `info["error"]` and `state.error` (with `state.tool`) say
+which, so the agent can answer with the public error message):
+  "limit"        the turn budget is spent (a call past it also ends the episode), the
+                 list is full, or the episode is over
+  "arguments"    the argument is not the tool's, the tool takes another number of points,
+                 or it rejects them (a crop thinner than a pixel, a box with x2 < x1)
+  "image_index"  the image is not in the list
+  "path_points"  a path of fewer than 2 points
+An invalid call, and STOP, produce no image: the observation's image is all zeros and its
+index -1.
+
+Budget: `max_turns` model turns, of which the last must answer, so max_turns - 1 tool
+calls; `max_images` must hold the first image and one per call (max_images >= max_turns).
 """
 
 from __future__ import annotations
@@ -25,8 +51,20 @@ from jaxspatial.geometry import Camera
 from jaxspatial.render import render
 
 Array = jax.Array
-TOOLS = ("image_crop", "draw_line", "bounding_box", "image_highlight")
+TOOLS = ("image_crop", "image_label", "draw_line", "draw_path", "bounding_box",
+         "image_highlight")  # the public tool registry's order
+ARGUMENTS = ("bounding_box", "coordinates", "points", "text")  # "text": then "position"
+TOOL_ARGUMENT = (0, 3, 1, 2, 0, 0)        # per tool: the index of its argument
+TOOL_POINTS = ((2, 2), (1, 1), (2, 2), (2, None), (2, 2), (2, 2))  # (min, max); None: K
+ERRORS = ("none", "limit", "arguments", "image_index", "path_points")
+NO_ERROR, ERROR_LIMIT, ERROR_ARGUMENTS, ERROR_INDEX, ERROR_PATH_POINTS = range(len(ERRORS))
 TOOL, STOP = 0, 1
+
+BLUE, RED, GREEN, YELLOW, WHITE = (0, 0, 255), (255, 0, 0), (0, 128, 0), (255, 255, 0), (
+    255, 255, 255)  # PIL's named colours, as the public tools use them
+LINE_WIDTH, WAYPOINT_RADIUS, HIGHLIGHT_ALPHA = 3.0, 4.0, 100 / 255
+LABEL_RADIUS = 6.0
+MAX_PATH_POINTS = 8  # the default static bound on a path's waypoints (the grammar's too)
 
 
 @struct.dataclass
@@ -36,31 +74,65 @@ class PeriaParams:
   width: int = struct.field(pytree_node=False, default=640)
   height: int = struct.field(pytree_node=False, default=480)
   hfov_deg: float = struct.field(pytree_node=False, default=90.0)
-  max_images: int = struct.field(pytree_node=False, default=8)
+  max_images: int = struct.field(pytree_node=False, default=10)
   max_turns: int = struct.field(pytree_node=False, default=10)   # the public script's T
+  max_path_points: int = struct.field(pytree_node=False, default=MAX_PATH_POINTS)
   scale: float = struct.field(pytree_node=False, default=1000.0)
+  pixel_map: str = struct.field(pytree_node=False, default="floor")
   splat_radius: int = struct.field(pytree_node=False, default=1)
   point_radius: float | None = struct.field(pytree_node=False, default=None)
   background: tuple[int, int, int] = struct.field(pytree_node=False, default=(255, 255, 255))
+
+  def __post_init__(self):
+    if self.max_turns < 1:
+      raise ValueError(f"PeriaParams.max_turns: expected at least 1, got {self.max_turns}")
+    if self.max_images < self.max_turns:
+      raise ValueError(
+          f"PeriaParams: max_images ({self.max_images}) must be at least max_turns "
+          f"({self.max_turns}): the list holds the first image and one per tool call "
+          f"(max_turns - 1 calls)")
+    if self.max_path_points < 2:
+      raise ValueError(f"PeriaParams.max_path_points: expected at least 2, got "
+                       f"{self.max_path_points}")
+    if self.pixel_map not in image_tools.PIXEL_MAPS:
+      raise ValueError(f"PeriaParams.pixel_map: expected one of {image_tools.PIXEL_MAPS}, "
+                       f"got {self.pixel_map!r}")
+    if not self.scale > 0:
+      raise ValueError(f"PeriaParams.scale: expected > 0, got {self.scale}")
 
 
 @struct.dataclass
 class PeriaAction:
   kind: Array        # TOOL or STOP
   tool: Array        # index into TOOLS
-  image: Array       # index into the image list
-  box_4: Array       # x0, y0, x1, y1 in [0, scale]
+  image: Array       # image_index: the position of the source image in the list
+  argument: Array    # index into ARGUMENTS: where the call wrote its coordinates
+  points: Array      # [max_path_points, 2] x, y in [0, scale]; the first num_points count
+  num_points: Array
 
   @classmethod
-  def create(cls, kind, tool=0, image=0, box=(0, 0, 0, 0)) -> "PeriaAction":
-    return cls(kind=jnp.asarray(kind, jnp.int32), tool=jnp.asarray(tool, jnp.int32),
-               image=jnp.asarray(image, jnp.int32), box_4=jnp.asarray(box, jnp.float32))
+  def create(cls, kind, tool=0, image=0, points=(), num_points=None, argument=None,
+             max_points: int = MAX_PATH_POINTS) -> "PeriaAction":
+    """`points`: (x, y) pairs, flat or [n, 2] (a box is two points); `argument` defaults
+    to the tool's own; `num_points` to all of `points`."""
+    points = jnp.asarray(points, jnp.float32).reshape(-1, 2)
+    if points.shape[0] > max_points:
+      raise ValueError(f"PeriaAction.points: at most max_points={max_points} points, got "
+                       f"{points.shape[0]}")
+    count = points.shape[0] if num_points is None else num_points
+    points = jnp.pad(points, ((0, max_points - points.shape[0]), (0, 0)))
+    tool = jnp.asarray(tool, jnp.int32)
+    if argument is None:
+      argument = jnp.asarray(TOOL_ARGUMENT, jnp.int32)[jnp.clip(tool, 0, len(TOOLS) - 1)]
+    return cls(kind=jnp.asarray(kind, jnp.int32), tool=tool,
+               image=jnp.asarray(image, jnp.int32), argument=jnp.asarray(argument, jnp.int32),
+               points=points, num_points=jnp.asarray(count, jnp.int32))
 
 
 @struct.dataclass
 class PeriaObservation:
-  image: Array       # [H, W, 3] uint8: the tool's result (the source image when invalid)
-  index: Array       # its index in the image list (-1 when the call was invalid)
+  image: Array       # [H, W, 3] uint8: the tool's result; zeros when no image was produced
+  index: Array       # its index in the image list; -1 when no image was produced
 
 
 @struct.dataclass
@@ -70,19 +142,35 @@ class PeriaState:
   count: Array       # images in the list
   calls: Array       # tool calls made (valid or not): a truncated episode still acted
   done: Array
+  error: Array       # the last step's error, an index into ERRORS
+  tool: Array        # the last step's tool (its error message names it)
 
 
-def apply_tool(image: Array, tool: Array, box_4: Array, params: PeriaParams):
-  """(new image, valid) of TOOLS[tool] on one image."""
-  scale = params.scale
+def apply_tool(image: Array, tool: Array, points_Kx2: Array, num_points: Array,
+               params: PeriaParams):
+  """(new image, valid) of TOOLS[tool] on one image: valid when the tool accepts its
+  points (their number is checked by `step`)."""
+  s, m = params.scale, params.pixel_map
+  box = lambda p: p[:2].reshape(4)
   branches = (
-      lambda b: image_tools.image_crop(image, b, params.height, params.width, scale=scale),
-      lambda b: image_tools.draw_line(image, b[:2], b[2:], scale=scale),
-      lambda b: image_tools.bounding_box(image, b, scale=scale),
-      lambda b: image_tools.image_highlight(image, b, scale=scale),
+      lambda p, n: image_tools.image_crop(image, box(p), params.height, params.width, s, m),
+      lambda p, n: image_tools.image_label(image, p[0], RED, LABEL_RADIUS, WHITE, s, m),
+      lambda p, n: image_tools.draw_line(image, p[0], p[1], BLUE, LINE_WIDTH, s, m),
+      lambda p, n: image_tools.draw_path(image, p, n, BLUE, LINE_WIDTH, s, WAYPOINT_RADIUS,
+                                         RED, m),
+      lambda p, n: image_tools.bounding_box(image, box(p), GREEN, LINE_WIDTH, s, m),
+      lambda p, n: image_tools.image_highlight(image, box(p), YELLOW, HIGHLIGHT_ALPHA, s, m),
   )
-  new, valid = jax.lax.switch(jnp.clip(tool, 0, len(TOOLS) - 1), branches, box_4)
+  new, valid = jax.lax.switch(jnp.clip(tool, 0, len(TOOLS) - 1), branches, points_Kx2,
+                              num_points)
   return new, valid & (tool >= 0) & (tool < len(TOOLS))
+
+
+def _point_bounds(tool: Array, max_points: int) -> tuple[Array, Array]:
+  low = jnp.asarray([lo for lo, _ in TOOL_POINTS], jnp.int32)
+  high = jnp.asarray([max_points if hi is None else hi for _, hi in TOOL_POINTS], jnp.int32)
+  k = jnp.clip(tool, 0, len(TOOLS) - 1)
+  return low[k], high[k]
 
 
 def reset(key: Array, task: Task, params: PeriaParams = PeriaParams()):
@@ -95,27 +183,49 @@ def reset(key: Array, task: Task, params: PeriaParams = PeriaParams()):
   images = jnp.zeros((params.max_images, params.height, params.width, 3), jnp.uint8)
   zero = jnp.zeros((), jnp.int32)
   state = PeriaState(task=task, images=images.at[0].set(image), count=zero + 1, calls=zero,
-                     done=jnp.zeros((), bool))
+                     done=jnp.zeros((), bool), error=zero, tool=zero)
   return PeriaObservation(image=image, index=zero), state
+
+
+def _check_action(action: PeriaAction, params: PeriaParams) -> None:
+  if action.points.shape[-2:] != (params.max_path_points, 2):
+    raise ValueError(f"PeriaAction.points: expected [max_path_points={params.max_path_points}"
+                     f", 2], got {tuple(action.points.shape)}")
 
 
 def step(key: Array, state: PeriaState, action: PeriaAction,
          params: PeriaParams = PeriaParams()):
-  """Applies the tool; STOP ends the episode. reward is 0 (PERIA's reward needs the final
-  answer: `jaxspatial.rl`). info: invalid."""
+  """Applies the tool; STOP ends the episode, and so does a call past the budget of
+  max_turns - 1. reward is 0 (PERIA's reward needs the final answer: `jaxspatial.rl`).
+  info: invalid (a call that changed nothing), error (an index into ERRORS)."""
   del key
-  is_tool = (action.kind == TOOL) & ~state.done
+  _check_action(action, params)
+  is_call = action.kind == TOOL
+  acting = is_call & ~state.done
+  over_budget = acting & (state.calls >= params.max_turns - 1)
+  limit = state.done | over_budget | (state.count >= params.max_images)
+  tool_known = (action.tool >= 0) & (action.tool < len(TOOLS))
+  own_argument = action.argument == jnp.asarray(TOOL_ARGUMENT)[
+      jnp.clip(action.tool, 0, len(TOOLS) - 1)]
   index_ok = (action.image >= 0) & (action.image < state.count)
+  low, high = _point_bounds(action.tool, params.max_path_points)
+  count_ok = (action.num_points >= low) & (action.num_points <= high)
   source = state.images[jnp.clip(action.image, 0, params.max_images - 1)]
-  result, tool_ok = apply_tool(source, action.tool, action.box_4, params)
-  valid = is_tool & index_ok & tool_ok & (state.count < params.max_images)
+  result, tool_ok = apply_tool(source, action.tool, action.points, action.num_points, params)
+  error = jnp.select(
+      [limit, ~tool_known | ~own_argument, ~index_ok,
+       (action.tool == TOOLS.index("draw_path")) & ~count_ok, ~count_ok | ~tool_ok],
+      [ERROR_LIMIT, ERROR_ARGUMENTS, ERROR_INDEX, ERROR_PATH_POINTS, ERROR_ARGUMENTS],
+      NO_ERROR)
+  error = jnp.where(is_call, error, NO_ERROR).astype(jnp.int32)
+  valid = is_call & (error == NO_ERROR)
   slot = jnp.minimum(state.count, params.max_images - 1)
   images = jnp.where(valid, state.images.at[slot].set(result), state.images)
-  calls = state.calls + is_tool.astype(jnp.int32)
-  done = state.done | (action.kind == STOP) | (calls >= params.max_turns)
-  new_state = PeriaState(task=state.task, images=images, count=state.count + valid, calls=calls,
-                         done=done)
-  obs = PeriaObservation(image=jnp.where(valid, result, source),
+  done = state.done | (action.kind == STOP) | over_budget
+  new_state = PeriaState(task=state.task, images=images, count=state.count + valid,
+                         calls=state.calls + acting.astype(jnp.int32), done=done, error=error,
+                         tool=action.tool)
+  obs = PeriaObservation(image=jnp.where(valid, result, jnp.zeros_like(result)),
                          index=jnp.where(valid, state.count, -1))
-  invalid = ~valid & (action.kind == TOOL)
-  return obs, new_state, jnp.zeros((), jnp.float32), done, {"invalid": invalid}
+  invalid = is_call & ~valid
+  return obs, new_state, jnp.zeros((), jnp.float32), done, {"invalid": invalid, "error": error}

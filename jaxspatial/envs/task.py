@@ -2,7 +2,9 @@
 
 Every field has a fixed shape (padded, with counts or -1 fills), so a batch of tasks
 is one pytree that `jax.vmap` maps over. Text is stored as token ids; tokenising is
-the data pipeline's job.
+the data pipeline's job. A task carries its input views' images when the dataset has
+them (Think3D's prompt shows them); otherwise `input_images` is empty, [K, 0, 0, 3], and
+an environment that needs them renders the input cameras.
 """
 
 from __future__ import annotations
@@ -26,10 +28,14 @@ class Task:
   num_input_cameras:  [] int32, how many of the K are real
   scene_min, scene_max: [3] float32, the scene's axis-aligned bounds
   question_ids:       [Lq] int32 token ids, padded with -1
-  answer_ids:         [La] int32 token ids of the reference answer, padded with -1
+  answer_ids:         [R, La] int32 token ids of the R reference answers (several for
+                      benchmarks with more than one annotated answer), padded with -1 (a
+                      padding row starts with -1)
   answer_choice:      [] int32, index of the correct option for multiple choice, -1 if open
   answer_objects:     [M] int32 instance ids the answer refers to, padded with -1
   initial_camera:     `Camera` [], where the episode starts (Act3D)
+  input_images:       [K, H, W, 3] uint8, the input views' images in camera order (padded
+                      like `input_cameras`), or [K, 0, 0, 3] when the dataset has none
   """
 
   cloud: PointCloud
@@ -42,17 +48,27 @@ class Task:
   answer_choice: Array
   answer_objects: Array
   initial_camera: Camera
+  input_images: Array
+
+  @property
+  def has_input_images(self) -> bool:
+    """Static: whether the dataset's images came with the task (else renders stand in)."""
+    return self.input_images.shape[-3] > 0 and self.input_images.shape[-2] > 0
 
   @classmethod
   def create(cls, cloud: PointCloud, input_cameras: Camera, initial_camera: Camera | None = None,
              scene_min=None, scene_max=None, question_ids=(), answer_ids=(),
              answer_choice: int = -1, answer_objects=(), num_input_cameras: int | None = None,
              max_question_tokens: int = 64, max_answer_tokens: int = 16,
-             max_answer_objects: int = 4) -> "Task":
+             max_answer_objects: int = 4, input_images=None,
+             max_answers: int = 1) -> "Task":
     """Builds a task on the host, padding text and object lists to fixed lengths.
 
     Bounds default to those of the valid points; the initial camera defaults to the
-    first input camera.
+    first input camera. `answer_ids`: one reference's ids, or a list of references (up to
+    `max_answers`). `input_images` [K or num_input_cameras, H, W, 3] uint8: the
+    input views' images (the real ones alone are padded by repeating the last, as the
+    cameras are); None gives the empty [K, 0, 0, 3].
     """
     if input_cameras.world_from_camera.ndim != 3:
       raise ValueError("Task.input_cameras: expected a batch of cameras with pose "
@@ -71,16 +87,53 @@ class Task:
       scene_max = xyz.max(0) if scene_max is None else scene_max
     if initial_camera is None:
       initial_camera = jax.tree.map(lambda x: x[0], input_cameras)
+    images = _input_images(input_images, num_cameras, num_input_cameras)
     return cls(
         cloud=cloud, input_cameras=input_cameras,
         num_input_cameras=jnp.asarray(num_input_cameras, jnp.int32),
         scene_min=jnp.asarray(scene_min, jnp.float32),
         scene_max=jnp.asarray(scene_max, jnp.float32),
         question_ids=_pad_ids("question_ids", question_ids, max_question_tokens),
-        answer_ids=_pad_ids("answer_ids", answer_ids, max_answer_tokens),
+        answer_ids=_pad_answers(answer_ids, max_answers, max_answer_tokens),
         answer_choice=jnp.asarray(answer_choice, jnp.int32),
         answer_objects=_pad_ids("answer_objects", answer_objects, max_answer_objects),
-        initial_camera=initial_camera)
+        initial_camera=initial_camera, input_images=images)
+
+
+def _pad_answers(answers, count: int, length: int) -> Array:
+  """[count, length] rows of reference ids, -1 padded: from one reference's ids or a list."""
+  items = list(answers)
+  if items and not np.isscalar(items[0]):
+    rows = [np.asarray(a, np.int64).reshape(-1) for a in items]
+  else:
+    rows = [np.asarray(items, np.int64).reshape(-1)] if items else []
+  if len(rows) > count:
+    raise ValueError(f"Task.answer_ids: {len(rows)} reference answers, more than max_answers "
+                     f"{count}")
+  out = np.full((count, length), -1, np.int32)
+  for r, row in enumerate(rows):
+    if len(row) > length:
+      raise ValueError(f"Task.answer_ids: reference {r} has {len(row)} entries, more than the "
+                       f"padded length {length}")
+    out[r, :len(row)] = row
+  return jnp.asarray(out)
+
+
+def _input_images(images, num_cameras: int, num_real: int) -> Array:
+  """The input views' images [K, H, W, 3] uint8, padded by repeating the last real one."""
+  if images is None:
+    return jnp.zeros((num_cameras, 0, 0, 3), jnp.uint8)
+  dtype = getattr(images, "dtype", None)
+  if dtype != np.uint8:
+    raise ValueError(f"Task.input_images: expected dtype uint8, got {dtype}")
+  shape = tuple(images.shape)
+  if len(shape) != 4 or shape[-1] != 3 or shape[1] == 0 or shape[2] == 0:
+    raise ValueError(f"Task.input_images: expected shape [K, H, W, 3] with H, W > 0, got {shape}")
+  if shape[0] not in (num_cameras, num_real):
+    raise ValueError(f"Task.input_images: expected {num_cameras} images (one per input camera) "
+                     f"or {num_real} (the real ones), got {shape[0]}")
+  take = np.minimum(np.arange(num_cameras), shape[0] - 1)
+  return jnp.asarray(np.asarray(images)[take])
 
 
 def _pad_ids(name: str, ids, length: int) -> Array:

@@ -26,6 +26,24 @@ offer the code's behaviour as options (see WORKSPACE.md):
   radius around the pivot fits the field of view (`pull_back`); the near plane
   moves with the camera, so the pull-back widens the view without putting the
   points behind the orbit position in front of it.
+
+Input views (the paper's input is the multi-view images plus the question): `reset`
+returns, besides the first observation (a render of input camera 0), the prompt's
+`num_prompt_images` input views: the task's images (`Task.input_images`) when the
+dataset has them, else renders of the input cameras (their intrinsics as given) at
+the observation size; views past `num_input_cameras` are background. A view request
+with azimuth 0 and elevation 0, in either mode, returns the anchor's input view, as the
+public code's server does (`input_image_at_zero`; off, it renders the (0, 0) view). The
+observation size must equal the images' size.
+
+Global views draw the input cameras (`draw_cameras`, on by default, as the code's
+global views do): pyramids, dots and `Cam{i}` labels from `render.markers`, on top of
+the points (the code draws them after the scatter), not cut by the pull-back's near
+plane (the code's global views show every camera).
+
+Rounds: `max_rounds` views are accepted; the answer (STOP) after the last one is
+accepted too. A view requested after the last round is invalid and ends the episode,
+so `done` means no further action is accepted: stopped, or a view past the limit.
 """
 
 from __future__ import annotations
@@ -37,7 +55,8 @@ from flax import struct
 
 from jaxspatial.envs.task import Task
 from jaxspatial.geometry import Camera, make_transform, rotation_about_axis
-from jaxspatial.render import render
+from jaxspatial.render import render, render_batch
+from jaxspatial.render.markers import CameraMarkerStyle, draw_cameras as draw_camera_markers
 from jaxspatial.render.splat import DEFAULT_NEAR
 
 Array = jax.Array
@@ -69,6 +88,13 @@ class Think3DParams:
   splat_radius: int = struct.field(pytree_node=False, default=1)
   point_radius: float | None = struct.field(pytree_node=False, default=None)
   background: tuple[int, int, int] = struct.field(pytree_node=False, default=(255, 255, 255))
+  # The first prompt's input views: 8 = the loader's padded camera count.
+  num_prompt_images: int = struct.field(pytree_node=False, default=8)
+  # (0, 0) from an anchor returns its input view (the public code; the paper is silent).
+  input_image_at_zero: bool = struct.field(pytree_node=False, default=True)
+  draw_cameras: bool = struct.field(pytree_node=False, default=True)
+  camera_style: CameraMarkerStyle = struct.field(pytree_node=False,
+                                                 default=CameraMarkerStyle())
 
   def check(self) -> None:
     if self.pivot not in ("centroid", "anchor_camera"):
@@ -77,6 +103,12 @@ class Think3DParams:
     if self.elevation_convention not in ("paper", "code"):
       raise ValueError(f"Think3DParams.elevation_convention: expected 'paper' or 'code', "
                        f"got {self.elevation_convention!r}")
+    if self.num_prompt_images < 0:
+      raise ValueError(f"Think3DParams.num_prompt_images: expected >= 0, got "
+                       f"{self.num_prompt_images}")
+    if self.max_rounds < 0:
+      raise ValueError(f"Think3DParams.max_rounds: expected >= 0, got {self.max_rounds}")
+    self.camera_style.check()
 
 
 @struct.dataclass
@@ -113,6 +145,9 @@ class Think3DObservation:
   image: Array             # [H, W, 3] uint8
   action: Think3DAction    # the action that produced the image
   round: Array             # [] int32, views rendered so far
+  # The prompt's input views [num_prompt_images, H, W, 3] from reset; step's is empty
+  # [0, H, W, 3] (the views are sent once, and per-step observations stay small).
+  input_images: Array
 
 
 @struct.dataclass
@@ -120,9 +155,12 @@ class Think3DState:
   task: Task
   round: Array     # [] int32
   stopped: Array   # [] bool
-  done: Array      # [] bool
+  done: Array      # [] bool, no further action is accepted
   camera: Camera   # the camera of the last observation
   near: Array      # [] its near plane
+  anchor: Array    # [] int32, the last view's anchor camera
+  is_global: Array  # [] bool, the last view was a global one (cameras drawn)
+  is_photo: Array  # [] bool, the last view was the anchor's input view ((0, 0))
 
 
 def _turn(azimuth_deg: Array, elevation_deg: Array) -> Array:
@@ -155,11 +193,15 @@ def scene_centroid(task: Task) -> Array:
   return jnp.sum(task.cloud.xyz * weights[:, None], 0) / jnp.maximum(jnp.sum(weights), 1.0)
 
 
+def _anchor_camera(task: Task, index: Array) -> Camera:
+  count = task.input_cameras.fx.shape[0]
+  return jax.tree.map(lambda x: x[jnp.clip(index, 0, count - 1)], task.input_cameras)
+
+
 def view_camera(task: Task, action: Think3DAction, params: Think3DParams):
-  """The camera an action asks for, and the near plane to render it with."""
-  anchor = jax.tree.map(lambda x: x[jnp.clip(action.camera_index, 0,
-                                            task.input_cameras.fx.shape[0] - 1)],
-                        task.input_cameras)
+  """The camera an action asks for, and the near plane to render it with (the (0, 0)
+  case is `step`'s)."""
+  anchor = _anchor_camera(task, action.camera_index)
   rotation = anchor.world_from_camera[:3, :3]
   position = anchor.position
   sign = 1.0 if params.elevation_convention == "paper" else -1.0
@@ -202,19 +244,77 @@ def _render(task: Task, camera: Camera, near, params: Think3DParams) -> Array:
                 params.background, point_radius=params.point_radius, near=near).rgb
 
 
+def _check_image_size(task: Task, params: Think3DParams) -> None:
+  if not task.has_input_images:
+    return
+  height, width = task.input_images.shape[-3:-1]
+  if (height, width) != (params.height, params.width):
+    raise ValueError(f"Think3DParams: the observation is {params.width}x{params.height} but "
+                     f"Task.input_images are {width}x{height}; set width={width}, "
+                     f"height={height}")
+
+
+def _background(params: Think3DParams, shape) -> Array:
+  return jnp.broadcast_to(jnp.asarray(params.background, jnp.uint8), shape)
+
+
+def input_views(task: Task, params: Think3DParams) -> Array:
+  """The prompt's input views [num_prompt_images, H, W, 3]: the task's images, or renders
+  of its input cameras; background past `num_input_cameras`."""
+  count = params.num_prompt_images
+  shape = (count, params.height, params.width, 3)
+  taken = min(count, task.input_cameras.fx.shape[0])
+  if taken == 0:
+    return _background(params, shape)
+  if task.has_input_images:
+    views = task.input_images[:taken]
+  else:
+    cameras = jax.tree.map(lambda x: x[:taken], task.input_cameras)
+    views = render_batch(task.cloud, cameras, params.height, params.width, params.splat_radius,
+                         params.background, point_radius=params.point_radius).rgb
+  views = jnp.concatenate([views, _background(params, (count - taken,) + shape[1:])])
+  real = jnp.arange(count) < task.num_input_cameras
+  return jnp.where(real[:, None, None, None], views, _background(params, shape))
+
+
+def _scene_size(task: Task) -> Array:
+  return jnp.max(task.scene_max - task.scene_min)
+
+
+def _observe(state: Think3DState, params: Think3DParams) -> Array:
+  """The image of the state's view: the render, with the input cameras drawn in a global
+  view, or the anchor's input image for a (0, 0) request."""
+  task = state.task
+  image = _render(task, state.camera, state.near, params)
+  if params.draw_cameras:
+    marked = draw_camera_markers(image, state.camera, task.input_cameras,
+                                 task.num_input_cameras, state.anchor, _scene_size(task),
+                                 params.camera_style, near=DEFAULT_NEAR)
+    image = jnp.where(state.is_global, marked, image)
+  if task.has_input_images:
+    # Without images the state's camera is the anchor itself, so the render stands in.
+    image = jnp.where(state.is_photo, task.input_images[state.anchor], image)
+  return image
+
+
 def reset(key: Array, task: Task, params: Think3DParams = Think3DParams()):
   """The first observation is the view of the first input camera, rendered at the
-  observation size with that camera's intrinsics as given."""
+  observation size with that camera's intrinsics as given; `obs.input_images` holds the
+  prompt's input views (`input_views`)."""
   del key
   params.check()
+  _check_image_size(task, params)
   camera = jax.tree.map(lambda x: x[0], task.input_cameras)
-  image = _render(task, camera, DEFAULT_NEAR, params)
   zero = jnp.zeros((), jnp.int32)
+  no = jnp.zeros((), bool)
+  state = Think3DState(task=task, round=zero, stopped=no, done=no, camera=camera,
+                       near=jnp.asarray(DEFAULT_NEAR, jnp.float32), anchor=zero,
+                       is_global=no, is_photo=no)
+  views = input_views(task, params)
+  rendered_first = not task.has_input_images and params.num_prompt_images > 0
+  image = views[0] if rendered_first else _render(task, camera, DEFAULT_NEAR, params)
   obs = Think3DObservation(image=image, action=Think3DAction.create(VIEW, 0, 0.0, 0.0, EGO),
-                           round=zero)
-  state = Think3DState(task=task, round=zero, stopped=jnp.zeros((), bool),
-                       done=jnp.zeros((), bool), camera=camera,
-                       near=jnp.asarray(DEFAULT_NEAR, jnp.float32))
+                           round=zero, input_images=views)
   return obs, state
 
 
@@ -222,22 +322,41 @@ def step(key: Array, state: Think3DState, action: Think3DAction,
          params: Think3DParams = Think3DParams()):
   """Renders the requested view. Returns (obs, state, reward, done, info).
 
+  `max_rounds` views are accepted, then only STOP (the answer); any other action after
+  the last round is invalid and ends the episode. done: no further action is accepted.
   reward is 0: Think3D's reward needs the final answer and is computed by
-  `jaxspatial.rl` from the episode. info: invalid (the state did not change).
+  `jaxspatial.rl` from the episode. info: invalid (the state did not change, except
+  `done` for an action past the last round).
   """
   del key
   params.check()
-  valid = action_is_valid(state.task, action, params) & ~state.done
+  task = state.task
+  _check_image_size(task, params)
+  rounds_left = state.round < params.max_rounds
+  is_stop = action.kind == STOP
+  open_ = ~state.done
+  valid = action_is_valid(task, action, params) & open_ & (is_stop | rounds_left)
+  overrun = open_ & ~is_stop & ~rounds_left
   is_view = valid & (action.kind == VIEW)
-  camera, near = view_camera(state.task, action, params)
-  camera = jax.tree.map(lambda new, old: jnp.where(is_view, new, old), camera, state.camera)
-  near = jnp.where(is_view, near, state.near)
-  image = _render(state.task, camera, near, params)
-  round_ = state.round + is_view.astype(jnp.int32)
-  stopped = state.stopped | (valid & (action.kind == STOP))
-  done = state.done | stopped | (round_ >= params.max_rounds)
-  new_state = Think3DState(task=state.task, round=round_, stopped=stopped, done=done,
-                           camera=camera, near=near)
-  obs = Think3DObservation(image=image, action=action, round=round_)
-  info = {"invalid": ~valid, "round": round_}
+  at_zero = ((jnp.abs(action.azimuth_deg) < 1e-6) & (jnp.abs(action.elevation_deg) < 1e-6)
+             & params.input_image_at_zero)
+  camera, near = view_camera(task, action, params)
+  # (0, 0) shows the anchor's input view: its own camera, as the input views render it.
+  camera = jax.tree.map(lambda photo, new: jnp.where(at_zero, photo, new),
+                        _anchor_camera(task, action.camera_index), camera)
+  near = jnp.where(at_zero, DEFAULT_NEAR, near)
+  keep = lambda new, old: jnp.where(is_view, new, old)
+  new_state = state.replace(
+      round=state.round + is_view.astype(jnp.int32),
+      stopped=state.stopped | (valid & is_stop),
+      camera=jax.tree.map(keep, camera, state.camera), near=keep(near, state.near),
+      anchor=keep(action.camera_index, state.anchor),
+      is_global=keep((action.mode == GLOBAL) & ~at_zero, state.is_global),
+      is_photo=keep(at_zero, state.is_photo))
+  done = state.done | new_state.stopped | overrun
+  new_state = new_state.replace(done=done)
+  empty = jnp.zeros((0, params.height, params.width, 3), jnp.uint8)
+  obs = Think3DObservation(image=_observe(new_state, params), action=action,
+                           round=new_state.round, input_images=empty)
+  info = {"invalid": ~valid, "round": new_state.round}
   return obs, new_state, jnp.zeros((), jnp.float32), done, info

@@ -4,13 +4,14 @@ block and 3D projector."""
 from jaxspatial.models.latent3d import (GeometryStandInExtractor, Thinker3DPolicy, VGGTExtractor,
                                         add_latent_tokens, expand_output_3d, grow_embeddings,
                                         image_token_rows, latent_label_mask, latent_positions)
-from jaxspatial.models.lora import LoRALinear, apply_lora, merge_lora
+from jaxspatial.models.lora import LoRALinear, LoRATiedHead, apply_lora, linear_names, merge_lora
 from jaxspatial.models.projector3d import (TINY, Projector3D, Projector3DConfig,
                                            alignment_loss, load_torch_state_dict, stage1_loss)
 from jaxspatial.models.sharding import RULES, logical_init, make_mesh, mesh_axes
 
-__all__ = ["RULES", "TINY", "GeometryStandInExtractor", "LoRALinear", "Projector3D",
-           "Projector3DConfig", "Thinker3DPolicy", "VGGTExtractor", "add_latent_tokens",
-           "alignment_loss", "apply_lora", "expand_output_3d", "grow_embeddings",
-           "image_token_rows", "latent_label_mask", "latent_positions", "load_torch_state_dict",
-           "logical_init", "make_mesh", "merge_lora", "mesh_axes", "stage1_loss"]
+__all__ = ["RULES", "TINY", "GeometryStandInExtractor", "LoRALinear", "LoRATiedHead",
+           "Projector3D", "Projector3DConfig", "Thinker3DPolicy", "VGGTExtractor",
+           "add_latent_tokens", "alignment_loss", "apply_lora", "expand_output_3d",
+           "grow_embeddings", "image_token_rows", "latent_label_mask", "latent_positions",
+           "linear_names", "load_torch_state_dict", "logical_init", "make_mesh", "merge_lora",
+           "mesh_axes", "stage1_loss"]

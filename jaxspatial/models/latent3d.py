@@ -10,7 +10,10 @@ feeds the previous hidden state back as the next input, so latent k is the hidde
 fed into slot k: the same positions, but from fed-back inputs instead of pad embeddings.
 
 Targets are VGGT features (the last aggregator block's tokens). `VGGTExtractor` runs VGGT
-as a host callback where the `vggt` package and weights are installed. Here neither can be
+as a host callback where the `vggt` package and weights are installed; as 3DThinker's
+feature script, frames are first resized to 480 wide x 640 tall (PIL, Lanczos), then
+prepared as VGGT's loader does (crop mode: 518 x 518, 5 + 37 x 37 = 1374 tokens for any
+input frame, the projector's fusion output). Here neither can be
 downloaded, so `GeometryStandInExtractor` computes deterministic features from the
 ground-truth geometry of synthetic scenes (depth and world coordinates pooled to VGGT's
 token grid, then a fixed random projection to the channel width): a stand-in that lets
@@ -232,6 +235,30 @@ def vggt_preprocess(images_NxHxWx3: np.ndarray, mode: str = "crop",
   return np.stack(out)
 
 
+VGGT_FRAME_SIZE = (480, 640)  # (width, height) 3DThinker resizes frames to before VGGT
+
+
+def resize_frames(images_NxHxWx3: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+  """uint8 RGB frames resized to `size` = (width, height) with PIL's Lanczos filter (as
+  3DThinker's feature script, which also re-saves them in their source format)."""
+  from PIL import Image  # pylint: disable=import-outside-toplevel
+  images = np.asarray(images_NxHxWx3)
+  if images.ndim != 4 or images.shape[-1] != 3 or images.dtype != np.uint8:
+    raise ValueError(f"resize_frames: expected uint8 frames [N, H, W, 3], got "
+                     f"{images.dtype} {images.shape}")
+  return np.stack([np.asarray(Image.fromarray(frame).resize(tuple(size),
+                                                            Image.Resampling.LANCZOS))
+                   for frame in images])
+
+
+def vggt_frames(images_NxHxWx3: np.ndarray, resize_to: tuple[int, int] | None = VGGT_FRAME_SIZE,
+                mode: str = "crop") -> np.ndarray:
+  """[N, 3, H', W'] float32 VGGT inputs: frames resized to `resize_to` (width, height;
+  None keeps them), then `vggt_preprocess`."""
+  frames = images_NxHxWx3 if resize_to is None else resize_frames(images_NxHxWx3, resize_to)
+  return vggt_preprocess(frames, mode)
+
+
 def features_in_jit(extractor, tokens: int, channels: int, *arrays) -> jax.Array:
   """Runs a host extractor (VGGT, the stand-in) from inside a jitted program through
   `jax.pure_callback`: [N, tokens, channels] float32 for per-frame inputs with a leading N.
@@ -253,12 +280,14 @@ class VGGTExtractor:
   """VGGT-1B's last aggregator block as target features, run on the host.
 
   Needs the `vggt` package and its weights on local disk (`weights_path`); neither can be
-  fetched here, and the error says which is missing. Frames are preprocessed as VGGT's
-  loader does (`vggt_preprocess`, crop mode by default, as 3DThinker's features):
-  [N, tokens, 2048] with tokens = `vggt_tokens(H, W, mode)` (1374 for 518 x 518).
+  fetched here, and the error says which is missing. Frames are resized to `resize_to`
+  (width, height; 3DThinker's 480 x 640 by default, None keeps them), then preprocessed as
+  VGGT's loader does (`vggt_preprocess`, crop mode by default, as 3DThinker's features):
+  [N, tokens, 2048] with tokens = `self.tokens(H, W)` (1374 for every frame by default).
   """
 
-  def __init__(self, weights_path: str, device: str = "cpu", mode: str = "crop"):
+  def __init__(self, weights_path: str, device: str = "cpu", mode: str = "crop",
+               resize_to: tuple[int, int] | None = VGGT_FRAME_SIZE):
     try:
       from vggt.models.vggt import VGGT  # pylint: disable=import-outside-toplevel
     except ImportError as e:
@@ -273,10 +302,17 @@ class VGGTExtractor:
     self.model.eval().to(device)
     self.device = device
     self.mode = mode
+    self.resize_to = resize_to
+
+  def tokens(self, height: int, width: int) -> int:
+    """Tokens per frame of an input frame height x width."""
+    if self.resize_to is not None:
+      width, height = self.resize_to
+    return vggt_tokens(height, width, self.mode)
 
   def __call__(self, images_NxHxWx3) -> np.ndarray:
     import torch  # pylint: disable=import-outside-toplevel
-    frames = torch.from_numpy(vggt_preprocess(images_NxHxWx3, self.mode))
+    frames = torch.from_numpy(vggt_frames(images_NxHxWx3, self.resize_to, self.mode))
     with torch.no_grad():
       tokens, _ = self.model.aggregator(frames[None].to(self.device))
     return tokens[-1][0].float().cpu().numpy()  # [N, tokens, 2048]

@@ -3,7 +3,12 @@
 `apply_lora` wraps every `nnx.Linear` whose attribute name is in `targets` (e.g. q_proj,
 v_proj) in place; the adapter's A and B are `nnx.LoRAParam`s, so an optimizer built
 with `wrt=nnx.LoRAParam` trains the adapters alone. B starts at zero, so a fresh adapter
-leaves the model unchanged. `merge_lora` folds B A into the base kernels and unwraps.
+leaves the model unchanged. "lm_head" in `targets` adapts a text model's LM head; a tied
+head (no `lm_head` layer: logits = h E^T) gets `LoRATiedHead`, an adapter on the logits
+alone while the embedding E stays shared with the input lookup (PEFT's LoRA on a tied
+`lm_head`, as 3DThinker's stage 2 trains it). `linear_names` lists a model's linear
+layers (3DThinker's targets: all of the language model's, plus "lm_head"). `merge_lora`
+folds B A into the base kernels and unwraps (a tied head's adapter cannot be folded).
 """
 
 from __future__ import annotations
@@ -47,6 +52,32 @@ class LoRALinear(nnx.Module):
     return self.base
 
 
+class LoRATiedHead(nnx.Module):
+  """A LoRA adapter on a tied LM head: logits = h E^T + (alpha / r) (dropout(h) A) B, with
+  E the (shared, unchanged) token embedding."""
+
+  def __init__(self, embed: nnx.Embed, rank: int, alpha: float, dropout: float = 0.0, *,
+               rngs: nnx.Rngs):
+    if rank <= 0:
+      raise ValueError(f"LoRA rank must be positive, got {rank}")
+    self.embed = embed
+    vocab, width = embed.embedding[...].shape
+    dtype = embed.embedding[...].dtype
+    axes = (None if jax.sharding.get_abstract_mesh().empty
+            else embed.embedding.get_metadata().get("out_sharding"))  # (vocab, embed)
+    a_meta = {"out_sharding": (axes[1], None)} if axes else {}
+    b_meta = {"out_sharding": (None, axes[0])} if axes else {}
+    self.lora_a = nnx.LoRAParam(nnx.initializers.he_uniform()(rngs.params(), (width, rank),
+                                                              dtype), **a_meta)
+    self.lora_b = nnx.LoRAParam(jnp.zeros((rank, vocab), dtype), **b_meta)
+    self.scale = alpha / rank
+    self.dropout = nnx.Dropout(dropout, rngs=rngs) if dropout > 0 else None
+
+  def __call__(self, x: Array) -> Array:
+    update = x if self.dropout is None else self.dropout(x)
+    return self.embed.attend(x) + (update @ self.lora_a[...] @ self.lora_b[...]) * self.scale
+
+
 def _children(module):
   for name, child in vars(module).items():
     if isinstance(child, nnx.Module):
@@ -57,10 +88,28 @@ def _children(module):
           yield child, index, item
 
 
+def linear_names(model: nnx.Module) -> tuple[str, ...]:
+  """The attribute names of every `nnx.Linear` in `model` (sorted, each once)."""
+  names, stack = set(), [model]
+  while stack:
+    for _, key, child in _children(stack.pop()):
+      if isinstance(child, nnx.Linear) and isinstance(key, str):
+        names.add(key)
+      elif not isinstance(child, (nnx.Linear, LoRALinear, LoRATiedHead)):
+        stack.append(child)
+  return tuple(sorted(names))
+
+
 def apply_lora(model: nnx.Module, targets: tuple[str, ...], rank: int, alpha: float,
                dropout: float = 0.0, *, rngs: nnx.Rngs) -> int:
-  """Wraps the target linears in place; returns how many were wrapped."""
+  """Wraps the target linears in place (and, with "lm_head", a tied LM head); returns how
+  many were adapted."""
   count = 0
+  if ("lm_head" in targets and getattr(model, "lm_head", False) is None
+      and isinstance(getattr(model, "embed_tokens", None), nnx.Embed)):
+    # nnx.data: a tied model built lm_head as a static None.
+    model.lm_head = nnx.data(LoRATiedHead(model.embed_tokens, rank, alpha, dropout, rngs=rngs))
+    count += 1
   stack = [model]
   while stack:
     module = stack.pop()
@@ -68,7 +117,7 @@ def apply_lora(model: nnx.Module, targets: tuple[str, ...], rank: int, alpha: fl
       if isinstance(child, nnx.Linear) and isinstance(key, str) and key in targets:
         setattr(parent, key, LoRALinear(child, rank, alpha, dropout, rngs=rngs))
         count += 1
-      elif not isinstance(child, (nnx.Linear, LoRALinear)):
+      elif not isinstance(child, (nnx.Linear, LoRALinear, LoRATiedHead)):
         stack.append(child)
   if count == 0:
     raise ValueError(f"apply_lora: no nnx.Linear named any of {targets}")
@@ -82,6 +131,9 @@ def merge_lora(model: nnx.Module) -> int:
   while stack:
     module = stack.pop()
     for parent, key, child in list(_children(module)):
+      if isinstance(child, LoRATiedHead):
+        raise ValueError("merge_lora: the adapter on the tied LM head cannot be folded into "
+                         "the embedding it shares with the input lookup")
       if isinstance(child, LoRALinear):
         merged = child.merged()
         if isinstance(key, str):

@@ -11,8 +11,9 @@ loop vmaps them.
                                       max_turns must be max_calls + 1 (the last turn answers)
   observation                         the message template after a call (a string, or a
                                       tuple of variants with `observation_variant`)
-  observation_variant(invalid, format_error, next_is_final) -> int   (optional) the
-                                      message variant an episode shows after this turn
+  observation_variant(invalid, format_error, next_is_final, env_state) -> int
+                                      (optional) the message variant an episode shows
+                                      after this turn
   continue_on_format_error            (optional, False) a malformed turn gets a
                                       format-error message and the episode goes on
 
@@ -38,7 +39,7 @@ from jaxspatial.rl.rewards import device_text
 from jaxspatial.rl.rewards.papers import Act3DRewardConfig, Think3DRewardConfig, act3d_reward
 from jaxspatial.rollout import grammars
 from jaxspatial.rollout.automaton import Grammar
-from jaxspatial.rollout.peria_agent import PERIA_OBSERVATION, PeriaAgent  # re-exported
+from jaxspatial.rollout.peria_agent import PERIA_OBSERVATION, PeriaAgent  # noqa: F401 (re-exported)
 
 Array = jax.Array
 
@@ -105,7 +106,7 @@ class Act3DAgent:
       raise ValueError(f"Act3DRewardConfig.format_rule: expected 'paper' or 'grammar', got "
                        f"{config.format_rule!r}")
     prediction = jnp.where(has_prediction, answer_bytes, -1)
-    references = task.answer_ids if task.answer_ids.ndim == 2 else task.answer_ids[None]
+    references = task.answer_ids  # [R, La]
     real = references[:, 0] >= 0
     exact = jnp.any(real & jax.vmap(lambda r: device_text.exact_match(prediction, r))(
         references))
@@ -128,17 +129,36 @@ class Act3DAgent:
                     "interactions": state.num_interactions.astype(jnp.float32)}
 
 
+THINK3D_VIEW = "View of camera {:d} at azimuth {}, elevation {}."
+# Stage-aware messages after a view (the paper's continual prompts for intermediate and
+# final rounds): views left and "call again or answer", or "answer now, no tools"; and a
+# rejected request (no such camera, an angle out of range: the view does not change).
+THINK3D_OBSERVATIONS = (
+    TOOL_RESPONSE.format(body=THINK3D_VIEW + " Views left: {:d}. Call pi3_tool for another "
+                         "view, or answer."),
+    TOOL_RESPONSE.format(body=THINK3D_VIEW + " This is the final turn: do not call pi3_tool; "
+                         "reason in <think></think>, then give only the option letter in "
+                         "<answer></answer>."),
+    TOOL_RESPONSE.format(body="The request for camera {:d} at azimuth {}, elevation {} was "
+                         "rejected (no such camera, or an angle out of range); the view is "
+                         "unchanged. Views left: {:d}."),
+)
+THINK3D_INTERMEDIATE, THINK3D_FINAL, THINK3D_REJECTED = range(3)
+
+
 @dataclasses.dataclass(frozen=True)
 class Think3DAgent:
-  """Think3D: views of the reconstruction (anchor camera, azimuth, elevation, ego or global),
-  then a multiple-choice answer."""
+  """Think3D: the task's input views in the first prompt, then views of the reconstruction
+  (anchor camera, azimuth, elevation, ego or global), then a multiple-choice answer.
+  `views`: "free" angles, or the paper-era RL prompt's three "preset" views."""
   params: think3d.Think3DParams = think3d.Think3DParams()
   reward_config: Think3DRewardConfig = Think3DRewardConfig()
   max_cameras: int = 8
+  views: str = "free"
 
   @functools.cached_property
   def grammar(self) -> Grammar:
-    return grammars.think3d(self.max_cameras)
+    return grammars.think3d(self.max_cameras, self.views)
 
   @property
   def image_size(self) -> tuple[int, int]:
@@ -149,22 +169,39 @@ class Think3DAgent:
     return self.params.max_rounds
 
   @property
-  def observation(self) -> str:
-    return TOOL_RESPONSE.format(body="View of camera {} at azimuth {}, elevation {}.")
+  def observation(self) -> tuple[str, ...]:
+    return THINK3D_OBSERVATIONS
+
+  def observation_variant(self, invalid, format_error, next_is_final, env_state=None):
+    del format_error, env_state  # a malformed turn ends a Think3D episode
+    return jnp.where(next_is_final, THINK3D_FINAL,
+                     jnp.where(invalid, THINK3D_REJECTED, THINK3D_INTERMEDIATE))
 
   def _numbers(self, obs):
     action = obs.action
     return jnp.stack([action.camera_index.astype(jnp.float32) + 1, action.azimuth_deg,
-                      action.elevation_deg])
+                      action.elevation_deg,
+                      (self.params.max_rounds - obs.round).astype(jnp.float32)])
 
   def reset(self, key, task):
+    """The prompt's input views [N, H, W, 3] (`Think3DParams.num_prompt_images`; the prompt
+    masks those past `task.num_input_cameras`)."""
     obs, state = think3d.reset(key, task, self.params)
-    return obs.image, self._numbers(obs), state
+    return obs.input_images, self._numbers(obs), state
+
+  def _angles(self, parsed):
+    if self.views == "preset":
+      view, _ = parsed.field(self.grammar, "view")
+      table = jnp.asarray(grammars.THINK3D_PRESET_VIEWS, jnp.float32)
+      chosen = table[jnp.clip(view.astype(jnp.int32), 0, len(grammars.THINK3D_PRESET_VIEWS) - 1)]
+      return chosen[0], chosen[1]
+    azimuth, _ = parsed.field(self.grammar, "azimuth")
+    elevation, _ = parsed.field(self.grammar, "elevation")
+    return azimuth, elevation
 
   def step(self, key, state, parsed, answered):
     camera, _ = parsed.field(self.grammar, "camera")
-    azimuth, _ = parsed.field(self.grammar, "azimuth")
-    elevation, _ = parsed.field(self.grammar, "elevation")
+    azimuth, elevation = self._angles(parsed)
     ego, _ = parsed.field(self.grammar, "camera_view")  # option 1 is "true"
     action = think3d.Think3DAction.create(
         jnp.where(answered, think3d.STOP, think3d.VIEW), camera.astype(jnp.int32) - 1, azimuth,

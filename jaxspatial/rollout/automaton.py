@@ -1,10 +1,13 @@
 """Grammars as byte automata, walked through a tokenizer's vocabulary into device tables.
 
 A grammar is a small regular expression tree over bytes (`Lit`, `Bytes`, `Seq`, `Alt`,
-`Repeat`) with labelled fields (`Enum`, `Number`). It compiles to a minimal DFA over the
-256 byte values whose transitions carry the field (and, on an enum option's last byte,
-the option) they write. `compile_token_automaton` then walks every vocabulary token's
-bytes from every state, giving the tables a rollout uses on device:
+`Repeat`, and `TextWithout`: free text holding none of a set of patterns, an Aho-Corasick
+automaton, optionally with at least n non-space bytes) with labelled fields (`Enum`,
+`Number`). It compiles to a minimal DFA over the 256 byte values whose transitions carry
+the field (and, on an enum option's last byte, the option) they write.
+`compile_token_automaton` then walks every vocabulary token's bytes from every state
+(tokens longest first, so the work is states x the vocabulary's total bytes), giving the
+tables a rollout uses on device:
 
   token_next [S, V]   state after a token (DEAD when the grammar cannot continue; a walk
                       stops at the first accepting state, later bytes of the token ignored)
@@ -21,6 +24,7 @@ grammar and contain no closing tag before their end: the grammar intersected wit
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 
@@ -59,10 +63,32 @@ class Repeat:
   max: int | None = None  # None: unbounded
 
 
+ASCII_SPACE = frozenset(b" \t\n\r\x0b\x0c")  # bytes.isspace(); JSON's four and \v, \f
+
+
 @dataclasses.dataclass(frozen=True)
 class TextWithout:
-  """Any bytes not containing `pattern` (free text up to its closing tag)."""
-  pattern: bytes
+  """Any bytes containing none of `patterns` (free text up to its closing tag), with at
+  least `min_nonspace` bytes outside `space` (1: not blank). One bytes value is read as a
+  single pattern."""
+  patterns: tuple
+  min_nonspace: int = 0
+  space: frozenset = ASCII_SPACE
+
+  def __post_init__(self):
+    patterns = (self.patterns,) if isinstance(self.patterns, bytes) else tuple(self.patterns)
+    for p in patterns:
+      if not isinstance(p, bytes) or not p:
+        raise ValueError(f"grammar: TextWithout.patterns: expected non-empty bytes, got {p!r}")
+    if self.min_nonspace < 0:
+      raise ValueError(f"grammar: TextWithout.min_nonspace: expected >= 0, got "
+                       f"{self.min_nonspace}")
+    space = frozenset(self.space)
+    if not all(isinstance(b, int) and 0 <= b < 256 for b in space):
+      raise ValueError(f"grammar: TextWithout.space: expected byte values (e.g. b' \\t'), "
+                       f"got {self.space!r}")
+    object.__setattr__(self, "patterns", patterns)
+    object.__setattr__(self, "space", space)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,6 +181,37 @@ def _number_strings(lo: int, hi: int, decimals: int) -> list[tuple[bytes, bool]]
   return out
 
 
+def _aho_corasick(patterns: tuple[bytes, ...]) -> tuple[np.ndarray, np.ndarray]:
+  """The complete goto table [N, 256] of the patterns' trie (failure links folded in) and
+  [N] whether a state has seen a pattern end (there or at a suffix). State 0 is the root."""
+  children: list[dict[int, int]] = [{}]
+  ends = [False]
+  for pattern in patterns:
+    state = 0
+    for byte in pattern:
+      if byte not in children[state]:
+        children[state][byte] = len(children)
+        children.append({})
+        ends.append(False)
+      state = children[state][byte]
+    ends[state] = True
+  goto = np.zeros((len(children), 256), np.int32)
+  fail = np.zeros(len(children), np.int32)
+  matched = np.asarray(ends)
+  for byte, child in children[0].items():
+    goto[0, byte] = child
+  queue = collections.deque(children[0].values())
+  while queue:  # breadth first: a state's failure target is shallower, already complete
+    state = queue.popleft()
+    matched[state] |= matched[fail[state]]
+    goto[state] = goto[fail[state]]
+    for byte, child in children[state].items():
+      fail[child] = goto[fail[state], byte]
+      goto[state, byte] = child
+      queue.append(child)
+  return goto, matched
+
+
 # ----------------------------------------------------------------------------- NFA
 
 class _NFA:
@@ -211,7 +268,7 @@ class _NFA:
       self.eps[end].append(b)
       return a, b
     if isinstance(node, TextWithout):
-      return self._text_without(node.pattern, label)
+      return self._text_without(node, label)
     if isinstance(node, Enum):
       field = field_ids[node.name]
       for i, x in enumerate(node.options):
@@ -251,37 +308,32 @@ class _NFA:
       return self.build(Alt(tuple(options)), field, field_ids)
     raise TypeError(f"grammar: unknown node {type(node).__name__}")
 
-  def _text_without(self, pattern: bytes, label) -> tuple[int, int]:
-    """KMP automaton of `pattern` with the full match removed; every state may end."""
-    if not pattern:
-      raise ValueError("grammar: TextWithout needs a non-empty pattern")
-    m = len(pattern)
-    failure = [0] * m
-    k = 0
-    for i in range(1, m):
-      while k and pattern[i] != pattern[k]:
-        k = failure[k - 1]
-      if pattern[i] == pattern[k]:
-        k += 1
-      failure[i] = k
-
-    def advance(state: int, byte: int) -> int:
-      while state and pattern[state] != byte:
-        state = failure[state - 1]
-      return state + 1 if pattern[state] == byte else 0
-
-    states = [self.state() for _ in range(m)]
+  def _text_without(self, node: TextWithout, label) -> tuple[int, int]:
+    """Aho-Corasick automaton of the patterns with every match removed, times a count of
+    non-space bytes (saturating at `min_nonspace`); states that counted enough may end."""
+    goto, matched = _aho_corasick(node.patterns)
+    need = node.min_nonspace
+    counts = np.ones(256, np.int64)
+    counts[list(node.space)] = 0
+    states = {(0, 0): self.state()}
     end = self.state()
-    for k, s in enumerate(states):
-      self.eps[s].append(end)
-      targets: dict[int, list[int]] = {}
+    queue = collections.deque([(0, 0)])
+    while queue:
+      q, c = queue.popleft()
+      s = states[q, c]
+      if c == need:
+        self.eps[s].append(end)
+      targets: dict[tuple[int, int], list[int]] = {}
       for byte in range(256):
-        t = advance(k, byte)
-        if t < m:
-          targets.setdefault(t, []).append(byte)
-      for t, values in targets.items():
-        self.edges[s].append((tuple(values), states[t], label))
-    return states[0], end
+        t = int(goto[q, byte])
+        if not matched[t]:
+          targets.setdefault((t, min(need, c + int(counts[byte]))), []).append(byte)
+      for pair, values in targets.items():
+        if pair not in states:
+          states[pair] = self.state()
+          queue.append(pair)
+        self.edges[s].append((tuple(values), states[pair], label))
+    return states[0, 0], end
 
   def closure(self, states) -> frozenset:
     if not hasattr(self, "_closures"):
@@ -401,15 +453,14 @@ def intersect(a: DFA, b: DFA) -> DFA:
   while i < len(order):
     sa, sb = order[i]
     row = np.zeros(256, np.int32)
-    if i != DEAD:
-      for byte in range(256):
-        pair = (int(a.next[sa, byte]), int(b.next[sb, byte]))
-        if pair[0] == DEAD or pair[1] == DEAD:
-          continue
+    live = (a.next[sa] != DEAD) & (b.next[sb] != DEAD)
+    if i != DEAD and live.any():
+      pairs = list(zip(a.next[sa, live].tolist(), b.next[sb, live].tolist()))
+      for pair in pairs:
         if pair not in index:
           index[pair] = len(order)
           order.append(pair)
-        row[byte] = index[pair]
+      row[live] = [index[pair] for pair in pairs]
     rows.append(row)
     i += 1
   pa = np.asarray([p[0] for p in order])
@@ -478,7 +529,7 @@ class Grammar:
   @functools.cached_property
   def dfa(self) -> DFA:
     ids = {f.name: i + 1 for i, f in enumerate(self.fields)}
-    turn = determinize(self.root, ids)
+    turn = minimize(determinize(self.root, ids))  # small before the product
     return minimize(intersect(turn, first_stop(self.stops)))
 
   @functools.cached_property
@@ -527,30 +578,41 @@ def token_bytes(tokenizer) -> tuple[list[bytes], np.ndarray]:
 
 def _walk_tokens(dfa: DFA, pieces_VxL: np.ndarray, lengths_V: np.ndarray) -> np.ndarray:
   """[S, V] state after each token from each state, stopping at the first accepting state."""
-  states = np.broadcast_to(np.arange(dfa.num_states)[:, None],
-                           (dfa.num_states, len(lengths_V))).copy()
-  done = dfa.accepting[states]
-  for j in range(pieces_VxL.shape[1]):
-    active = (~done) & (j < lengths_V)[None]
-    moved = dfa.next[states, np.maximum(pieces_VxL[:, j], 0)[None]]
-    states = np.where(active, moved, states)
-    done |= active & dfa.accepting[states]
+  size = dfa.num_states
+  # Accepting states absorb (the turn ended there); with tokens longest first, byte j moves
+  # only the prefix of tokens that have a byte j: work is S x (total bytes), not S x V x L.
+  absorbing = dfa.next.copy()
+  absorbing[dfa.accepting] = np.flatnonzero(dfa.accepting)[:, None]
+  order = np.argsort(-lengths_V, kind="stable")
+  longer = np.searchsorted(-lengths_V[order], -np.arange(pieces_VxL.shape[1]), side="left")
+  states = np.broadcast_to(np.arange(size, dtype=np.int32)[:, None], (size, len(order))).copy()
+  for j, count in enumerate(longer):  # `count` tokens have more than j bytes
+    columns = pieces_VxL[order[:count], j]
+    states[:, :count] = absorbing[states[:, :count], columns[None]]
+  out = np.empty_like(states)
+  out[:, order] = states
   # A token that starts in an accepting state continues past the turn's end: dead.
-  states[dfa.accepting] = DEAD
-  return states.astype(np.int32)
+  out[dfa.accepting] = DEAD
+  return out
 
 
 def _distances(token_next: np.ndarray, accepting: np.ndarray, allowed_V: np.ndarray) -> np.ndarray:
+  """[S] fewest allowed tokens to an accepting state: breadth first, backwards, over the
+  [S, S] graph of where some allowed token leads (large when acceptance is unreachable)."""
   big = np.iinfo(np.int32).max // 2
-  dist = np.where(accepting, 0, big).astype(np.int64)
-  table = token_next[:, allowed_V]
-  while True:
-    step = np.minimum(dist, 1 + dist[table].min(axis=1, initial=big))
-    step[accepting] = 0
-    step[DEAD] = big
-    if np.array_equal(step, dist):
-      return np.minimum(dist, big).astype(np.int32)
-    dist = step
+  size = len(accepting)
+  leads_SxS = np.zeros((size, size), bool)
+  leads_SxS[np.arange(size)[:, None], token_next[:, allowed_V]] = True
+  leads_SxS[:, DEAD] = False
+  dist = np.where(accepting, 0, big).astype(np.int32)
+  frontier, reached = accepting.copy(), accepting.copy()
+  steps = 0
+  while frontier.any():
+    steps += 1
+    frontier = leads_SxS[:, frontier].any(axis=1) & ~reached
+    dist[frontier] = steps
+    reached |= frontier
+  return dist
 
 
 @struct.dataclass

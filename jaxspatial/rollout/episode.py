@@ -174,10 +174,15 @@ def image_tokens(model, image_size) -> int:
 
 
 def _answer_bytes(automaton: TokenAutomaton, tokens_T: Array, count: Array) -> Array:
-  """The content of the turn's first <answer>...</answer> (ANSWER_BYTES, -1 padded)."""
+  """The content of the turn's first <answer>...</answer> after its thinking (ANSWER_BYTES,
+  -1 padded)."""
   used = jnp.arange(tokens_T.shape[0]) < count
   data = jnp.where(used[:, None], automaton.token_bytes[tokens_T], -1).reshape(-1)
   data = device_text.span(data, 0, data.shape[0])  # compact
+  # The answer follows the thinking: an "<answer>" written inside <think> is not it.
+  think_end = device_text.find(data, device_text.encode("</think>"))
+  data = device_text.span(data, jnp.where(think_end >= 0, think_end + len("</think>"), 0),
+                          data.shape[0])
   found, start, end = device_text.answer_span(data)
   window = jax.lax.dynamic_slice(jnp.concatenate([data, jnp.full(ANSWER_BYTES, -1, data.dtype)]),
                                  (jnp.maximum(start, 0),), (ANSWER_BYTES,))
@@ -209,12 +214,20 @@ def _prompt_views(images):
   return images if images.ndim == 5 else images[:, None]
 
 
-def _observation_variant(agent, invalid, format_error, next_is_final):
+def _observation_variant(agent, invalid, format_error, next_is_final, env_state):
   choose = getattr(agent, "observation_variant", None)
   if choose is None:
     return jnp.zeros(invalid.shape, jnp.int32)
-  return jax.vmap(choose, in_axes=(0, 0, None))(invalid, format_error, next_is_final).astype(
-      jnp.int32)
+  return jax.vmap(choose, in_axes=(0, 0, None, 0))(invalid, format_error, next_is_final,
+                                                    env_state).astype(jnp.int32)
+
+
+def _turn_contains(automaton: TokenAutomaton, tokens_T: Array, count: Array,
+                   pattern: bytes) -> Array:
+  """Whether the turn's text holds `pattern` (e.g. the call's closing tag)."""
+  used = jnp.arange(tokens_T.shape[0]) < count
+  data = jnp.where(used[:, None], automaton.token_bytes[tokens_T], -1).reshape(-1)
+  return device_text.find(device_text.span(data, 0, data.shape[0]), tuple(pattern)) >= 0
 
 
 def rollout(model, agent, automaton: TokenAutomaton, template: ObservationTemplate, tasks,
@@ -298,7 +311,14 @@ def rollout(model, agent, automaton: TokenAutomaton, template: ObservationTempla
     call = running & parsed.valid & (kind != answer_option)
     last_turn = turn == turns - 1
     format_error = running & ~parsed.valid
-    retry = format_error & ~last_turn & continue_on_format_error
+    retry = jnp.zeros_like(format_error)
+    if continue_on_format_error:
+      # As an agent server sees it: only a turn that stopped at the call's closing tag is
+      # a (malformed) action; one ending at EOS, the token limit or `</answer>` ends the
+      # episode.
+      closed_call = jax.vmap(lambda t, n: _turn_contains(
+          automaton, t, n, automaton.grammar.stops[0]))(tokens_T, count)
+      retry = format_error & ~last_turn & closed_call
     step_keys = jax.random.split(jax.random.fold_in(jax.random.fold_in(key, 2 ** 21), turn), batch)
     image, numbers, new_env, env_invalid, env_done = jax.vmap(
         lambda k, s, p, a: agent.step(k, s, p, a))(step_keys, env_state, parsed, answered)
@@ -314,7 +334,7 @@ def rollout(model, agent, automaton: TokenAutomaton, template: ObservationTempla
     continuing = (call & ~last_turn & ~env_done) | retry
     answer_now = jax.vmap(lambda t, n: _answer_bytes(automaton, t, n))(tokens_T, count)
     finishing = answered | ended_badly
-    variant = _observation_variant(agent, rejected, retry, turn + 1 == turns - 1)
+    variant = _observation_variant(agent, rejected, retry, turn + 1 == turns - 1, env_state)
     step_key = jnp.where(answered, ANSWER_KEY, jnp.where(
         format_error, MALFORMED_KEY, jnp.where(rejected, REJECTED_KEY,
                                                jax.vmap(image_hash)(image))))
@@ -386,10 +406,9 @@ def rollout(model, agent, automaton: TokenAutomaton, template: ObservationTempla
   answered = jnp.any(record["turn_answer"], -1)
   verdict = None
   if judge is not None:
-    references = tasks.answer_ids if tasks.answer_ids.ndim == 3 else tasks.answer_ids[:, None]
     verdict = jax.experimental.io_callback(
         judge, jax.ShapeDtypeStruct((batch,), jnp.bool_), tasks.question_ids, record["answer"],
-        references, ordered=False) & answered
+        tasks.answer_ids, ordered=False)
   reward, components = jax.vmap(
       lambda s, t, a, ok, bad, v: agent.reward(s, t, a, ok, bad, v),
       in_axes=(0, 0, 0, 0, 0, None if verdict is None else 0))(

@@ -17,7 +17,7 @@ from flax import nnx
 from jaxspatial.models.qwen2_5_vl.sampler import DecodeState, append, prefill
 from jaxspatial.rl.rewards.papers import act3d_reward_text, think3d_reward_text
 from jaxspatial.rollout import agents as agent_lib
-from jaxspatial.rollout import host_parse
+from jaxspatial.rollout import grammars, host_parse
 from jaxspatial.rollout.automaton import token_bytes
 from jaxspatial.models.qwen2_5_vl.preprocess import batch_vision_inputs
 from jaxspatial.rollout.episode import (RolloutConfig, _prompt_views, _vision_inputs, capacity,
@@ -80,8 +80,11 @@ def _host_fields(agent, grammar, parsed: dict | None) -> tuple[np.ndarray, np.nd
       put("distance", parsed["distance"])
   elif isinstance(agent, agent_lib.Think3DAgent):
     put("camera", parsed["camera"])
-    put("azimuth", parsed["azimuth"])
-    put("elevation", parsed["elevation"])
+    if agent.views == "preset":
+      put("view", grammars.THINK3D_PRESET_VIEWS.index((parsed["azimuth"], parsed["elevation"])))
+    else:
+      put("azimuth", parsed["azimuth"])
+      put("elevation", parsed["elevation"])
     put("camera_view", grammar.option("camera_view", b"true" if parsed["ego"] else b"false"))
   else:
     raise TypeError(f"host_rollout: no host parse mapping for {type(agent).__name__}")
@@ -92,7 +95,7 @@ def _parser(agent):
   if isinstance(agent, agent_lib.Act3DAgent):
     return lambda turn: host_parse.parse_act3d(turn, agent.max_distance)
   if isinstance(agent, agent_lib.Think3DAgent):
-    return lambda turn: host_parse.parse_think3d(turn, agent.max_cameras)
+    return lambda turn: host_parse.parse_think3d(turn, agent.max_cameras, agent.views)
   raise TypeError(f"host_rollout: no host parser for {type(agent).__name__}")
 
 
@@ -187,7 +190,8 @@ def host_rollout(model, agent, tokenizer, template: ObservationTemplate, tasks, 
       out["action_present"][b, turn] = present
       call = parsed is not None and not answered
       last = turn == turns - 1
-      retry = parsed is None and not last and retry_format_errors
+      retry = (parsed is None and not last and retry_format_errors
+               and grammar.stops[0] in text[b])
       invalid = done = False
       if parsed is not None:
         step = ParsedTurn(valid=jnp.asarray(True), values=jnp.asarray(values),
@@ -208,7 +212,8 @@ def host_rollout(model, agent, tokenizer, template: ObservationTemplate, tasks, 
         final_turn[b] = text[b]
       continuing[b] = (call and not last and not done) or retry
       variants.append(0 if choose_variant is None else int(choose_variant(
-          jnp.asarray(invalid), jnp.asarray(retry), jnp.asarray(turn + 1 == turns - 1))))
+          jnp.asarray(invalid), jnp.asarray(retry), jnp.asarray(turn + 1 == turns - 1),
+          states[b])))
     images = jnp.asarray(np.stack(next_images))
     if continuing.any():
       ids, mask = zip(*(observation_tokens_host(template, n, v)
@@ -224,8 +229,8 @@ def host_rollout(model, agent, tokenizer, template: ObservationTemplate, tasks, 
     task = jax.tree.map(lambda x, b=b: np.asarray(x[b]), tasks)
     answered = bool(out["turn_answer"][b].any())
     if isinstance(agent, agent_lib.Act3DAgent):
-      rows = task.answer_ids if task.answer_ids.ndim == 2 else task.answer_ids[None]
-      references = [bytes(r[r >= 0].astype(np.uint8)).decode() for r in rows if r[0] >= 0]
+      references = [bytes(r[r >= 0].astype(np.uint8)).decode() for r in task.answer_ids
+                    if r[0] >= 0]
       state = states[b]
       objects, seen = task.answer_objects >= 0, np.asarray(state.objects_seen)
       grounded = bool(objects.any() and (np.all(seen | ~objects)

@@ -5,6 +5,13 @@ host-loop baseline in `benchmarks/rollout_bench.py`. A turn is cut after its fir
 closing tag (a serving engine's stop strings), then matched whole; numbers are checked
 against their ranges after the match. Returns the fields as Python values, or None when
 the turn is malformed. Written independently of `grammars.py`, from the same spec.
+
+An answer body (between `<answer>` and the first `</answer>`) holds a byte that is not
+ASCII whitespace (space, \t, \n, \r, \v, \f) and none of the tags `<think>`, `</think>`,
+`<answer>`, `</answer>`, `<tool_call>`, `</tool_call>`, `<action>`, `</action>`, nor `<|`
+(how every Qwen special token begins); a lone `<` is text. The regexes are linear: a
+negative lookahead at one position for blankness, a tempered dot for the tags (no nested
+quantifiers), so hostile model text cannot make them backtrack for long.
 """
 
 from __future__ import annotations
@@ -15,7 +22,11 @@ from jaxspatial.envs.act3d import PRIMITIVES
 
 _WS = rb"[ \t\n\r]*"
 _THINK = _WS + rb"<think>(?:(?!</think>).)*</think>" + _WS
-_ANSWER = rb"<answer>(?P<answer>.*)</answer>"
+_SPACE = rb"[ \t\n\r\x0b\x0c]"
+_NOT_IN_ANSWERS = (b"<think>", b"</think>", b"<answer>", b"</answer>", b"<tool_call>",
+                   b"</tool_call>", b"<action>", b"</action>", b"<|")
+_ANSWER = (rb"<answer>(?!" + _SPACE + rb"*</answer>)(?P<answer>(?:(?!"
+           + b"|".join(re.escape(t) for t in _NOT_IN_ANSWERS) + rb").)*)</answer>")
 
 
 def _num(name: str, signed: bool, decimals: int) -> bytes:
@@ -77,12 +88,21 @@ _THINK3D = re.compile(
     + _WS + rb"</tool_call>|" + _ANSWER + rb")", re.DOTALL)
 
 
-def parse_think3d(turn: bytes, max_cameras: int = 8) -> dict | None:
+# Think3D's paper-era RL prompt allows three views: left, right, top-down.
+_THINK3D_PRESETS = {(b"-45", b"0"): (-45.0, 0.0), (b"45", b"0"): (45.0, 0.0),
+                    (b"0", b"60"): (0.0, 60.0)}
+
+
+def parse_think3d(turn: bytes, max_cameras: int = 8, views: str = "free") -> dict | None:
+  """`views="preset"`: the angles must be one of the three preset pairs, written as
+  integers."""
   match = _THINK3D.fullmatch(_truncate(turn, (b"</tool_call>", b"</answer>")))
   if match is None:
     return None
   if match["answer"] is not None:
     return {"answer": match["answer"]}
+  if views == "preset" and (match["azimuth"], match["elevation"]) not in _THINK3D_PRESETS:
+    return None
   if not (_in_range(match["camera"], 1, max_cameras) and _in_range(match["azimuth"], -180, 180)
           and _in_range(match["elevation"], -90, 90)):
     return None
@@ -90,28 +110,51 @@ def parse_think3d(turn: bytes, max_cameras: int = 8) -> dict | None:
           "elevation": float(match["elevation"]), "ego": match["view"] == b"true"}
 
 
-_PERIA_TOOLS = (b"image_crop", b"draw_line", b"bounding_box", b"image_highlight")
-_PERIA = re.compile(
+_PERIA_TOOLS = (b"image_crop", b"image_label", b"draw_line", b"draw_path", b"bounding_box",
+                b"image_highlight")
+_PERIA_ARGUMENTS = (b"bounding_box", b"coordinates", b"points", b"text")
+_PERIA_INTEGER = rb"(?:0|[1-9][0-9]*)"
+
+
+def _peria_points(separator: bytes) -> bytes:
+  pair = _PERIA_INTEGER + separator + _PERIA_INTEGER
+  return rb"(?P<points>" + pair + rb"(?:" + separator + pair + rb")*)"
+
+
+_PERIA_VALUES = {  # a flat list, or the public declarations' strings "\\boxed{...}" / "(x,y)"
+    "list": rb"\[" + _WS + _peria_points(_sep()) + _WS + rb"\]",
+    "boxed": (rb'"(?:' + re.escape(b"\\\\boxed{") + rb"|\()? *" + _peria_points(rb" *, *")
+              + rb' *(?:\}|\))?"'),
+}
+_PERIA = {coordinates: re.compile(
     _THINK + rb"(?:<action>" + _WS + _call(
         rb'"(?P<tool>' + b"|".join(_PERIA_TOOLS) + rb')"',
-        _key("image", rb"(?P<image>0|[1-9][0-9]*)") + _sep() + _key(
-            "bbox", rb"\[" + _WS + _sep().join(_num(f"b{i}", False, 0) for i in range(4))
-            + _WS + rb"\]"))
+        _key("image_index", rb"(?P<image>" + _PERIA_INTEGER + rb")") + _sep()
+        + rb'(?:"(?P<argument>bounding_box|coordinates|points)"|"text"' + _WS + rb":" + _WS
+        + rb'"(?P<label>[^"]*)"' + _sep() + rb'"position")' + _WS + rb":" + _WS + values)
     + _WS + rb"</action>|" + _ANSWER + rb")", re.DOTALL)
+    for coordinates, values in _PERIA_VALUES.items()}
 
 
-def parse_peria(turn: bytes, max_images: int = 8, scale: int = 1000) -> dict | None:
-  match = _PERIA.fullmatch(_truncate(turn, (b"</action>", b"</answer>")))
+def parse_peria(turn: bytes, max_images: int = 10, scale: int = 1000, max_points: int = 8,
+                coordinates: str = "list") -> dict | None:
+  """{"answer"} or {"tool", "image_index", "argument" (indices into the tools and the
+  argument keys bounding_box, coordinates, points, text), "points" [(x, y), ...],
+  "label" (image_label's text, else None)}. `coordinates`: "list" or "boxed"."""
+  match = _PERIA[coordinates].fullmatch(_truncate(turn, (b"</action>", b"</answer>")))
   if match is None:
     return None
   if match["answer"] is not None:
     return {"answer": match["answer"]}
-  box = [match[f"b{i}"] for i in range(4)]
-  if not _in_range(match["image"], 0, max_images - 1) or not all(
-      _in_range(b, 0, scale) for b in box):
+  values = re.split(rb"[ \t\n\r]*,[ \t\n\r]*", match["points"])
+  if (len(values) > 2 * max_points or not _in_range(match["image"], 0, max_images - 1)
+      or not all(_in_range(v, 0, scale) for v in values)):
     return None
-  return {"tool": _PERIA_TOOLS.index(match["tool"]), "image": int(match["image"]),
-          "bbox": [int(b) for b in box]}
+  argument = match["argument"] if match["label"] is None else b"text"
+  return {"tool": _PERIA_TOOLS.index(match["tool"]), "image_index": int(match["image"]),
+          "argument": _PERIA_ARGUMENTS.index(argument),
+          "points": [(int(x), int(y)) for x, y in zip(values[::2], values[1::2])],
+          "label": match["label"]}
 
 
 _THINKER3D = re.compile(

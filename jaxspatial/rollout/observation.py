@@ -35,8 +35,8 @@ _NUMBER_FIELD = re.compile(r"\{(:d)?\}")
 @dataclasses.dataclass(frozen=True)
 class MessageVariant:
   """One variant's layout: static token pieces between its numbers, and the masked tokens
-  that pad it to the template's length (a variant without an image carries the image
-  group masked, so every message holds the same vision tokens)."""
+  before them that pad it to the template's length (a variant without an image carries
+  the image group masked there, so every message holds the same vision tokens)."""
   pieces: tuple[tuple[int, ...], ...]
   integers: tuple[bool, ...]
   has_image: bool = False
@@ -153,7 +153,10 @@ def format_number(template: ObservationTemplate, value: Array,
 
 def _variant_tokens(template: ObservationTemplate, variant: MessageVariant,
                    numbers_K: Array) -> tuple[Array, Array]:
-  ids, masks = [], []
+  # The padding goes first: the message's last slot must be a real token, since the next
+  # turn's first token is sampled from the logits there.
+  ids = [jnp.asarray(variant.padding, jnp.int32)]
+  masks = [jnp.zeros(len(variant.padding), bool)]
   for k, piece in enumerate(variant.pieces):
     ids.append(jnp.asarray(piece, jnp.int32))
     masks.append(jnp.ones(len(piece), bool))
@@ -161,8 +164,6 @@ def _variant_tokens(template: ObservationTemplate, variant: MessageVariant,
       i, m = format_number(template, numbers_K[k], variant.integers[k])
       ids.append(i)
       masks.append(m)
-  ids.append(jnp.asarray(variant.padding, jnp.int32))
-  masks.append(jnp.zeros(len(variant.padding), bool))
   return jnp.concatenate(ids), jnp.concatenate(masks)
 
 
@@ -202,7 +203,7 @@ def observation_tokens_host(template: ObservationTemplate, numbers,
   """(ids, mask) of a message in the device layout, built on the host from the formatted
   string: each number right-aligned in its slot, the sign first, padding masked."""
   layout = template.variants[variant]
-  ids, mask = [], []
+  ids, mask = list(layout.padding), [False] * len(layout.padding)
   for k, piece in enumerate(layout.pieces):
     ids += list(piece)
     mask += [True] * len(piece)
@@ -219,6 +220,4 @@ def observation_tokens_host(template: ObservationTemplate, numbers,
         slot[at], used[at] = template.byte_tokens[ord(ch)], True
       ids += slot
       mask += used
-  ids += list(layout.padding)
-  mask += [False] * len(layout.padding)
   return np.asarray(ids, np.int32), np.asarray(mask, bool)

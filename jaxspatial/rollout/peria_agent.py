@@ -1,11 +1,23 @@
 """PERIA's agent for the episode loop: interaction tools on the episode's image list, then an
-answer (see `jaxspatial.rollout.agents` for the agent interface)."""
+answer (see `jaxspatial.rollout.agents` for the agent interface).
+
+Observation messages are the public environment's texts (PEDIA's tool server), in Qwen's
+chat layout as a user turn:
+  a new image         "Tool executed successfully.\\nObservation {k}:\\n" + the image
+  an invalid call     the tool's error: "Error: Invalid image index.", draw_path's "Error:
+                      Need at least 2 points ...", or "Error executing {tool}: ..." (the
+                      server appends Python's exception text; ours says "invalid arguments.")
+  an unparseable turn "Error: Could not parse action. Expected format: <action>{...}</action>",
+                      and the episode goes on (`continue_on_format_error`, the server's way)
+`observation` is the tuple of these variants; `observation_variant` picks one per episode.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
 
+import jax
 import jax.numpy as jnp
 
 from jaxspatial.envs import peria
@@ -14,39 +26,96 @@ from jaxspatial.rl.rewards.papers import peria_reward
 from jaxspatial.rollout import grammars
 from jaxspatial.rollout.automaton import Grammar
 
-PERIA_OBSERVATION = ("<|im_end|>\n<|im_start|>user\nTool executed successfully.\nObservation {:d}:\n"
-                     "<|vision_start|><|image_pad|><|vision_end|><|im_end|>\n<|im_start|>assistant\n")
+
+def _user_turn(text: str) -> str:
+  return f"<|im_end|>\n<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n"
+
+
+PERIA_OBSERVATION = _user_turn("Tool executed successfully.\nObservation {:d}:\n"
+                               "<|vision_start|><|image_pad|><|vision_end|>")
+PERIA_INVALID_INDEX = _user_turn("Error: Invalid image index.")
+PERIA_PATH_POINTS = _user_turn("Error: Need at least 2 points (4 coordinate values) and an "
+                               "even number of values.")
+PERIA_INVALID_ARGUMENTS = tuple(_user_turn(f"Error executing {tool}: invalid arguments.")
+                                for tool in peria.TOOLS)
+PERIA_INVALID_CALL = _user_turn("Error executing the tool: invalid arguments.")  # tool unknown
+PERIA_FORMAT_ERROR = _user_turn('Error: Could not parse action. Expected format: '
+                                '<action>{"name": "tool_name", "arguments": {...}}</action>')
+PERIA_OBSERVATIONS = (PERIA_OBSERVATION, PERIA_INVALID_INDEX, PERIA_PATH_POINTS,
+                      *PERIA_INVALID_ARGUMENTS, PERIA_INVALID_CALL, PERIA_FORMAT_ERROR)
+SUCCESS_VARIANT, INDEX_VARIANT, PATH_POINTS_VARIANT, ARGUMENTS_VARIANT = 0, 1, 2, 3
+INVALID_CALL_VARIANT = ARGUMENTS_VARIANT + len(peria.TOOLS)
+FORMAT_ERROR_VARIANT = INVALID_CALL_VARIANT + 1
 
 
 @dataclasses.dataclass(frozen=True)
 class PeriaAgent:
-  """PERIA: interaction tools on the episode's image list (crop, line, box, highlight), then
-  an answer: an option letter for multiple-choice tasks, else a phrase judged against the
-  reference. R_format + R_correct on device; R_rep is the host's (it needs the text)."""
+  """PERIA: the public server's six interaction tools on the episode's image list, then an
+  answer: an option letter for multiple-choice tasks, else a phrase judged against the
+  reference. R_format + R_correct on device; R_rep is the host's (it needs the text).
+
+  continue_on_format_error: an unparseable turn gets PERIA_FORMAT_ERROR and the episode
+  goes on, as in the public environment (False: it ends the episode as malformed).
+  coordinate_format: how calls write coordinates, "list" ([420, 310, 680, 590], the paper's
+  example) or "boxed" (the public declarations' strings "\\\\boxed{420,310,680,590}",
+  "(x,y)"); see `grammars.peria`."""
   params: peria.PeriaParams = peria.PeriaParams()
+  continue_on_format_error: bool = True
+  coordinate_format: str = "list"
+
+  def __post_init__(self):
+    if self.coordinate_format not in grammars.PERIA_COORDINATES:
+      raise ValueError(f"PeriaAgent.coordinate_format: expected one of "
+                       f"{grammars.PERIA_COORDINATES}, got {self.coordinate_format!r}")
 
   @functools.cached_property
   def grammar(self) -> Grammar:
-    return grammars.peria(self.params.max_images, int(self.params.scale))
+    return grammars.peria(self.params.max_images, int(self.params.scale),
+                          self.params.max_path_points, self.coordinate_format)
 
   @property
   def image_size(self) -> tuple[int, int]:
     return self.params.height, self.params.width
 
   @property
-  def observation(self) -> str:
-    return PERIA_OBSERVATION
+  def max_calls(self) -> int:
+    return self.params.max_turns - 1  # the last turn answers
+
+  @property
+  def observation(self) -> tuple[str, ...]:
+    return PERIA_OBSERVATIONS
+
+  def observation_variant(self, invalid, format_error, next_is_final, env_state=None):
+    """The message after a turn: the format error, the error of the call the environment
+    rejected (`env_state.error`, `env_state.tool`; without `env_state` a generic one), or
+    the new image. PERIA's server has no final-turn message: `next_is_final` is unused."""
+    del next_is_final
+    if env_state is None:
+      rejected = jnp.asarray(INVALID_CALL_VARIANT)
+    else:
+      tool = jnp.clip(env_state.tool, 0, len(peria.TOOLS) - 1)
+      by_error = jnp.asarray([INVALID_CALL_VARIANT, INVALID_CALL_VARIANT, ARGUMENTS_VARIANT,
+                              INDEX_VARIANT, PATH_POINTS_VARIANT])
+      rejected = by_error[env_state.error] + jnp.where(
+          env_state.error == peria.ERROR_ARGUMENTS, tool, 0)
+    return jnp.where(format_error, FORMAT_ERROR_VARIANT,
+                     jnp.where(invalid, rejected, SUCCESS_VARIANT)).astype(jnp.int32)
 
   def reset(self, key, task):
     obs, state = peria.reset(key, task, self.params)
     return obs.image, obs.index[None].astype(jnp.float32), state
 
   def step(self, key, state, parsed, answered):
-    tool, _ = parsed.field(self.grammar, "tool")
-    image, _ = parsed.field(self.grammar, "image")
-    box = jnp.stack([parsed.field(self.grammar, f"bbox{i}")[0] for i in range(4)])
-    action = peria.PeriaAction.create(jnp.where(answered, peria.STOP, peria.TOOL),
-                                      tool.astype(jnp.int32), image.astype(jnp.int32), box)
+    value = lambda name: parsed.field(self.grammar, name)[0]
+    slots = range(self.params.max_path_points)
+    points = jnp.stack([jnp.stack([value(f"x{k}") for k in slots]),
+                        jnp.stack([value(f"y{k}") for k in slots])], -1)
+    written = jnp.stack([parsed.field(self.grammar, f"x{k}")[1] for k in slots])
+    action = peria.PeriaAction(
+        kind=jnp.where(answered, peria.STOP, peria.TOOL).astype(jnp.int32),
+        tool=value("tool").astype(jnp.int32), image=value("image_index").astype(jnp.int32),
+        argument=value("argument").astype(jnp.int32), points=points,
+        num_points=jnp.sum(written.astype(jnp.int32)))
     obs, state, _, done, info = peria.step(key, state, action, self.params)
     return obs.image, obs.index[None].astype(jnp.float32), state, info["invalid"], done
 
@@ -54,8 +123,10 @@ class PeriaAgent:
     del malformed  # a truncated episode (calls, no answer) scores 0, a broken one -1
     prediction = jnp.where(answered, answer_bytes, -1)
     letter = device_text.option_letter(prediction, 0, prediction.shape[-1])
-    verdict = (device_text.rule_judge(prediction, task.answer_ids) if judge is None
-               else judge)
+    references = task.answer_ids  # [R, La]: any annotated answer
+    rule = jnp.any((references[:, 0] >= 0) & jax.vmap(
+        lambda r: device_text.rule_judge(prediction, r))(references))
+    verdict = rule if judge is None else judge
     correct = answered & jnp.where(task.answer_choice >= 0,
                                    (letter >= 0) & (letter == task.answer_choice), verdict)
     reward = peria_reward(answered, state.calls, correct)

@@ -33,24 +33,48 @@ ACT3D_SYSTEM = (
     "<think>your reasoning here</think>\n"
     "<answer>your final answer</answer>")
 THINK3D_SYSTEM = (
-    "You reason about a 3D scene reconstructed from the input views. Call pi3_tool to see "
-    "it from a new angle: <think>...</think><tool_call>{\"name\": \"pi3_tool\", "
-    "\"arguments\": {\"rotation_reference_camera\": 1, \"azimuth_angle\": -45, "
+    "You answer a question about a scene from its input images (image k is camera k). A 3D "
+    "reconstruction of the scene can be viewed from new angles with pi3_tool: "
+    "rotation_reference_camera picks the camera the view is relative to, azimuth_angle turns "
+    "it right (negative: left) and elevation_angle raises it (degrees); camera_view true turns "
+    "the camera itself in place (ego view), false orbits the whole scene (global view, with "
+    "each input camera drawn as a pyramid pointing from its base to its apex, labelled CamN, "
+    "* on the reference). Azimuth 0 and elevation 0 return the reference camera's own image: "
+    "ask for a new angle instead. Reply as <think>...</think><tool_call>{\"name\": "
+    "\"pi3_tool\", \"arguments\": {\"rotation_reference_camera\": 1, \"azimuth_angle\": -45, "
     "\"elevation_angle\": 0, \"camera_view\": false}}</tool_call>, or answer with "
     "<think>...</think><answer>the option letter</answer>.")
+THINK3D_PRESET_SYSTEM = THINK3D_SYSTEM.replace(
+    "Azimuth 0 and elevation 0 return the reference camera's own image: ask for a new angle "
+    "instead.",
+    "The views allowed are (azimuth, elevation) = (-45, 0) to the left, (45, 0) to the "
+    "right and (0, 60) from above.")
 
 PERIA_SYSTEM = (
-    "You answer questions about an image with tools that return new images, referring to "
-    "images by their index (the input is image 0): image_crop, draw_line, bounding_box, "
-    "image_highlight, each with a box in [0, 1000] coordinates. Reply as <think>...</think>"
-    "<action>{\"name\": \"image_crop\", \"arguments\": {\"image\": 0, \"bbox\": [420, "
-    "310, 680, 590]}}</action> or <think>...</think><answer>...</answer>.")
+    "You answer questions about an image with tools that return new images. Images are "
+    "numbered as they appear: Observation 0 is the input, and each tool's result is the next. "
+    "Think inside <think>...</think> first, then either call one tool, <action>{\"name\": "
+    "\"image_crop\", \"arguments\": {\"image_index\": 0, \"bounding_box\": [420, 310, "
+    "680, 590]}}</action>, or answer inside <answer>...</answer>. Coordinates are integers "
+    "from 0 to 1000 across the image's width and height. The tools and their arguments: "
+    "image_crop, bounding_box and image_highlight take image_index and bounding_box [x1, y1, "
+    "x2, y2]; draw_line takes image_index and coordinates [x1, y1, x2, y2]; draw_path takes "
+    "image_index and points [x1, y1, x2, y2, ...] (2 to 8 points); image_label takes "
+    "image_index, text and position [x, y].")
 
 
 def chat_prompt(system: str, user: str, image_tokens: int, num_images: int = 1) -> str:
   image = ("<|vision_start|>" + "<|image_pad|>" * image_tokens + "<|vision_end|>") * num_images
   return (f"<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n{image}{user}"
           "<|im_end|>\n<|im_start|>assistant\n")
+
+
+def peria_prompt(system: str, question: str, image_tokens: int) -> str:
+  """PERIA's first turn: the public pipeline's user message puts "Observation 0:" and a
+  newline before the image, then the question."""
+  image = "<|vision_start|>" + "<|image_pad|>" * image_tokens + "<|vision_end|>"
+  return (f"<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\nObservation 0:\n"
+          f"{image}\n{question}<|im_end|>\n<|im_start|>assistant\n")
 
 
 def act3d_user_text(question: str, scene_min=None, scene_max=None) -> str:
@@ -86,3 +110,44 @@ def left_padded(tokenizer, prompts: list[str], length: int | None = None,
     ids[row, length - len(e):] = e
     mask[row, length - len(e):] = True
   return ids, mask
+
+
+def left_padded_views(tokenizer, system: str, users: list[str], image_tokens: int,
+                      views: int, real_views, length: int | None = None,
+                      pad_token: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+  """(ids [B, L] int32, mask [B, L] bool) of first prompts holding `views` image groups
+  each (Think3D: the task's input views, then the question), left-padded to `length`.
+  Row b shows its first `real_views[b]` groups; the others keep their slots (every
+  sequence holds the same vision tokens: static shapes) with attention mask 0, so the
+  policy never sees a padding view and M-RoPE positions skip it."""
+  real_views = np.asarray(real_views).reshape(-1)
+  if len(real_views) != len(users):
+    raise ValueError(f"left_padded_views: {len(users)} questions but {len(real_views)} view "
+                     "counts")
+  encode = lambda text: tokenizer.encode(text, add_special_tokens=False)
+  head = encode(f"<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n")
+  group = encode("<|vision_start|>" + "<|image_pad|>" * image_tokens + "<|vision_end|>")
+  rows = []
+  for user, shown in zip(users, real_views):
+    if not 1 <= shown <= views:
+      raise ValueError(f"left_padded_views: a prompt shows {shown} of {views} views; "
+                       f"expected 1..{views}")
+    ids, mask = list(head), [True] * len(head)
+    for k in range(views):
+      ids += group
+      mask += [bool(k < shown)] * len(group)
+    tail = encode(f"{user}<|im_end|>\n<|im_start|>assistant\n")
+    rows.append((ids + tail, mask + [True] * len(tail)))
+  longest = max(len(ids) for ids, _ in rows)
+  length = length or longest
+  if longest > length:
+    raise ValueError(f"left_padded_views: a prompt has {longest} tokens, more than length "
+                     f"{length}")
+  if pad_token is None:
+    pad_token = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+  out_ids = np.full((len(rows), length), pad_token, np.int32)
+  out_mask = np.zeros((len(rows), length), bool)
+  for row, (ids, mask) in enumerate(rows):
+    out_ids[row, length - len(ids):] = ids
+    out_mask[row, length - len(ids):] = mask
+  return out_ids, out_mask

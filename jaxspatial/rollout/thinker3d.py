@@ -8,17 +8,28 @@
     format          the completion walks the 3DThinker grammar automaton to acceptance
                     (latent block, <think>, <answer>); the reference's regex does not
                     check the pad count, the grammar does
-    correct         the answer's option letter equals the task's
-    latent_sim      (cos + 1) / 2 between the projector's output on the generated latents
-                    and this sample's image embeddings, and the target features (per token
-                    over channels; the reference's token-axis quirk behind a flag); 0 when
-                    no latent block was generated (the reference scores 0 on any failure)
+    correct         the option letter the reference reads from the answer (the last
+                    "X.", else "answer is X", a lone X, ... in its priority:
+                    `device_text.thinker3d_option`) equals the task's
+    latent_sim      (cos + 1) / 2 between the projector's output on the scored latents and
+                    this sample's image embeddings, and the target features (per token
+                    over channels; the reference's token-axis quirk behind a flag)
 
-The latents scored are the generated ones (inference mode). The reference instead re-runs
-a teacher-forced pass over the sampled ids and reads the hidden states one position later
-(start + 1 .. start + T); scoring what the policy actually produced needs no second pass.
-A prompt that ends with `<|latent_start|>` enters latent mode at once (evaluation of the
-latents of a policy that would not open the block itself).
+The latents scored, when a latent block was generated (a start token, then an end token
+after it, as the reference looks for them): the generated ones (inference mode). The
+reference instead re-runs a teacher-forced pass over the sampled ids and reads the hidden
+states one position later (start + 1 .. start + T); scoring what the policy actually
+produced needs no second pass. Without a block the reference falls back to the T hidden
+states at the positions from the one after `<|im_start|>assistant` on; `latent_fallback`:
+  "after_header"  (default, the reference's) the template's "\n" ending the prompt (one
+                  token in Qwen's vocabulary), then the first T - 1 generated positions
+  "generated"     the first T generated positions
+  "none"          0 (no fallback)
+the final hidden state *at* each position (the sampler records them while decoding), 0
+when the completion is too short to hold the window (the reference's projector then
+fails on the short input and its reward is 0). A prompt that ends with
+`<|latent_start|>` enters latent mode at once (evaluation of the latents of a policy
+that would not open the block itself).
 """
 
 from __future__ import annotations
@@ -37,6 +48,7 @@ from jaxspatial.rl.rewards.papers import latent_similarity
 from jaxspatial.rollout.automaton import START, TokenAutomaton
 
 Array = jax.Array
+FALLBACKS = ("after_header", "generated", "none")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,12 +57,20 @@ class Thinker3DRolloutConfig:
   stop_tokens: tuple[int, ...]          # <|im_end|>
   num_latents: int = 12
   max_new_tokens: int = 64
-  temperature: float = 0.9              # the reference's stage-2 default
+  # The reference's trainer samples at temperature 1 (its config's 0.9 is unused) and
+  # scores log-probabilities on raw logits.
+  temperature: float = 1.0
   top_k: int = 0
   top_p: float = 1.0
   pad_token: int = 0
   token_axis_quirk: bool = False
+  latent_fallback: str = "after_header"  # or "generated", "none" (see the module docstring)
   cache_dtype: str = "float32"
+
+  def __post_init__(self):
+    if self.latent_fallback not in FALLBACKS:
+      raise ValueError(f"Thinker3DRolloutConfig.latent_fallback: expected one of {FALLBACKS}, "
+                       f"got {self.latent_fallback!r}")
 
   @property
   def sampling(self) -> SamplingConfig:
@@ -64,8 +84,10 @@ class Thinker3DRolloutConfig:
 class Thinker3DRollout:
   """tokens, attention_mask, loss_mask, logprobs [B, L + N]: the left-padded prompt, then the
   completion (loss mask 1 on every generated token, latent pads included, as the reference);
-  images [B, K, H, W, 3]; latents [B, T, C] (generated, inference mode); lengths [B];
-  reward [B]; reward_components: format, correct, latent_sim, latent_block -> [B]."""
+  images [B, K, H, W, 3]; latents [B, T, C]: the latents scored (generated, inference mode,
+  with a latent block; else the fallback window's hidden states, zeros when none);
+  lengths [B]; reward [B]; reward_components: format, correct, latent_sim, latent_block,
+  latent_fallback (1 where the fallback window was scored) -> [B]."""
   tokens: Array
   attention_mask: Array
   loss_mask: Array
@@ -99,6 +121,36 @@ def completion_bytes(automaton: TokenAutomaton, tokens_N: Array, length: Array) 
   return device_text.span(data, 0, data.shape[0])
 
 
+def has_latent_block(tokens_BxN: Array, lengths_B: Array, primed_B: Array,
+                     latent_tokens: tuple[int, int, int]) -> Array:
+  """[B] whether a latent block was made, as the reference finds one: a start token (in
+  the generated tokens, or ending the prompt) and the first end token after the first
+  start."""
+  start_id, _, end_id = latent_tokens
+  positions = jnp.arange(tokens_BxN.shape[1])[None]
+  generated = positions < lengths_B[:, None]
+  never = tokens_BxN.shape[1]
+  first_start = jnp.where(primed_B, -1, jnp.min(
+      jnp.where(generated & (tokens_BxN == start_id), positions, never), -1))
+  first_end = jnp.min(jnp.where(generated & (tokens_BxN == end_id), positions, never), -1)
+  return (first_start < never) & (first_end < never) & (first_end > first_start)
+
+
+def fallback_latents(prompt_last_hidden_BxC: Array, first_hidden_BxTxC: Array,
+                     lengths_B: Array, mode: str) -> tuple[Array, Array]:
+  """(hidden states [B, T, C] of the fallback window, [B] whether the completion holds the
+  whole window): "after_header" the last prompt position then the first T - 1 generated
+  ones, "generated" the first T generated ones, "none" never fits."""
+  steps = first_hidden_BxTxC.shape[1]
+  if mode == "after_header":
+    window = jnp.concatenate([prompt_last_hidden_BxC[:, None].astype(jnp.float32),
+                              first_hidden_BxTxC[:, :-1]], 1)
+    return window, lengths_B >= steps - 1
+  if mode == "generated":
+    return first_hidden_BxTxC, lengths_B >= steps
+  return jnp.zeros_like(first_hidden_BxTxC), jnp.zeros(lengths_B.shape, bool)
+
+
 def rollout(policy, automaton: TokenAutomaton, prompt_ids_BxL: Array, prompt_mask_BxL: Array,
             images_BxKxHxWx3: Array, features_BxKxFxH: Array, answer_choice_B: Array,
             key: Array, config: Thinker3DRolloutConfig) -> Thinker3DRollout:
@@ -128,15 +180,19 @@ def rollout(policy, automaton: TokenAutomaton, prompt_ids_BxL: Array, prompt_mas
   format_ok = jax.vmap(lambda t, n, s: completion_format(automaton, t, n, s))(
       tokens_N, content_length, start_state)
   text = jax.vmap(lambda t, n: completion_bytes(automaton, t, n))(tokens_N, content_length)
-  _, letter = jax.vmap(device_text.answer_letter)(text)
+  letter = jax.vmap(device_text.thinker3d_answer_letter)(text)
   correct = (letter >= 0) & (letter == answer_choice_B)
-  latent_block = primed | jnp.any((tokens_N == start_id)
-                                  & (jnp.arange(tokens_N.shape[1]) < lengths[:, None]), -1)
+  latent_block = has_latent_block(tokens_N, lengths, primed, config.latent_tokens)
+  fallback_BxTxC, fallback_fits = fallback_latents(dstate.last_hidden, generation.first_hidden,
+                                                   lengths, config.latent_fallback)
+  fallback = ~latent_block & fallback_fits
+  latents = jnp.where(latent_block[:, None, None], generation.latents,
+                      jnp.where(fallback[:, None, None], fallback_BxTxC, 0.0))
   image_embeds = vision.reshape(batch, num_images, -1, vision.shape[-1])  # in prompt order
-  predicted = policy.project(generation.latents, image_embeds)
+  predicted = policy.project(latents, image_embeds)
   similarity = jax.vmap(lambda p, t: latent_similarity(p, t, config.token_axis_quirk))(
       predicted, features_BxKxFxH)
-  latent_sim = jnp.where(latent_block, similarity, 0.0)
+  latent_sim = jnp.where(latent_block | fallback, similarity, 0.0)
   reward = format_ok.astype(jnp.float32) + correct.astype(jnp.float32) + latent_sim
 
   generated = jnp.arange(config.max_new_tokens)[None] < lengths[:, None]
@@ -146,10 +202,11 @@ def rollout(policy, automaton: TokenAutomaton, prompt_ids_BxL: Array, prompt_mas
       loss_mask=jnp.concatenate([jnp.zeros_like(prompt_mask_BxL, bool), generated], 1),
       logprobs=jnp.concatenate([jnp.zeros((batch, prompt_length), jnp.float32),
                                 generation.logprobs], 1),
-      images=images_BxKxHxWx3, latents=generation.latents, lengths=lengths, reward=reward,
+      images=images_BxKxHxWx3, latents=latents, lengths=lengths, reward=reward,
       reward_components={"format": format_ok.astype(jnp.float32),
                          "correct": correct.astype(jnp.float32), "latent_sim": latent_sim,
-                         "latent_block": latent_block.astype(jnp.float32)})
+                         "latent_block": latent_block.astype(jnp.float32),
+                         "latent_fallback": fallback.astype(jnp.float32)})
 
 
 @functools.lru_cache(maxsize=8)

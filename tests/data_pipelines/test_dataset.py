@@ -11,9 +11,9 @@ pytest.importorskip("tensorflow_datasets")
 pytest.importorskip("grain")
 
 from data_pipelines.builders import SyntheticSpatial  # noqa: E402
-from data_pipelines.loader import decode_text, encode_text, task_batches  # noqa: E402
+from data_pipelines.loader import decode_text, encode_text, scene_tasks, task_batches  # noqa: E402
 from data_pipelines.synthetic import RIGS, SampleConfig, make_sample, scene_seed  # noqa: E402
-from jaxspatial.envs import act3d  # noqa: E402
+from jaxspatial.envs import act3d, think3d  # noqa: E402
 from jaxspatial.envs.act3d import Act3DParams  # noqa: E402
 
 
@@ -68,6 +68,35 @@ def test_grain_batches_of_tasks(tiny):
   params = Act3DParams(width=32, height=24)
   obs, state = jax.vmap(lambda t: act3d.reset(jax.random.key(0), t, params))(tasks)
   assert obs.image.shape == (4, 24, 32, 3)
+
+
+def test_tasks_carry_the_stored_views_when_asked(tiny):
+  source = tiny.as_data_source()["validation"]
+  plain, _ = next(iter(task_batches(source, batch_size=4, seed=3)))
+  assert plain.input_images.shape == (4, 8, 0, 0, 3), "off by default (Act3D, PERIA)"
+  tasks, meta = next(iter(task_batches(source, batch_size=4, seed=3, input_images=True)))
+  assert tasks.input_images.shape == (4, 8, 72, 96, 3) and tasks.input_images.dtype == np.uint8
+  by_seed = {int(source[i]["scene_seed"]): source[i] for i in range(len(source))}
+  for b in range(4):
+    stored = np.asarray(by_seed[int(meta["scene_seed"][b])]["images"])
+    for k in range(8):  # camera order; past the scene's views the last one repeats
+      np.testing.assert_array_equal(tasks.input_images[b, k], stored[min(k, len(stored) - 1)])
+  # Think3D's first prompt shows them (at the dataset's image size).
+  task = jax.tree.map(lambda x: x[0], tasks)
+  stored = np.asarray(by_seed[int(meta["scene_seed"][0])]["images"])
+  obs, _ = think3d.reset(jax.random.key(0), task, think3d.Think3DParams(width=96, height=72))
+  np.testing.assert_array_equal(obs.input_images[: len(stored)], stored)
+  assert (np.asarray(obs.input_images[len(stored):]) == 255).all()
+  # Images of another size than the cameras' intrinsics were made for are refused.
+  example = dict(by_seed[int(meta["scene_seed"][0])])
+  example["images"] = stored[:, :, :90]
+  with pytest.raises(ValueError, match=r"images are 90x72 but camera 0's intrinsics \(cx 47.5, "
+                                       r"cy 35.5\) were made for a 96x72 image"):
+    scene_tasks(example, input_images=True)
+  example["images"] = np.concatenate([stored, stored[:1]])  # one image too many
+  with pytest.raises(ValueError, match=rf"images: expected \[{len(stored)}, H, W, 3\] \(one per "
+                                       rf"camera\), got \({len(stored) + 1}, 72, 96, 3\)"):
+    scene_tasks(example, input_images=True)
 
 
 def test_process_shards_are_disjoint_and_iterators_resume_exactly(tiny):

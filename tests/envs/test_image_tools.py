@@ -20,8 +20,9 @@ def numpy_crop(image, box, out_h, out_w):
   out = np.zeros((out_h, out_w, 3))
   for i in range(out_h):
     for j in range(out_w):
-      x = np.clip(x0 + (j + 0.5) * (x1 - x0) / out_w - 0.5, 0, W - 1)
-      y = np.clip(y0 + (i + 0.5) * (y1 - y0) / out_h - 0.5, 0, H - 1)
+      # Resizing the cropped pixels: samples clamp to the box's own pixel centres.
+      x = np.clip(x0 + (j + 0.5) * (x1 - x0) / out_w - 0.5, x0, x1 - 1)
+      y = np.clip(y0 + (i + 0.5) * (y1 - y0) / out_h - 0.5, y0, y1 - 1)
       xl, yl = int(np.floor(x)), int(np.floor(y))
       xh, yh = min(xl + 1, W - 1), min(yl + 1, H - 1)
       fx, fy = x - xl, y - yl
@@ -146,3 +147,101 @@ def test_tools_jit_and_vmap_like_single_calls():
   for i in range(3):
     chex.assert_trees_all_equal(jax.tree.map(lambda x: x[i], batched),
                                 jax.jit(box)(images[i], boxes[i]))
+
+
+# The public tool server (PEDIA train_tool_server, pedia/tool_definitions/functions) maps a
+# coordinate c in [0, 1000] to the pixel int(c * size / 1000) and hands it to PIL, which
+# clips whatever falls off the canvas: [0, 0, 1000, 1000] is the whole image for every tool.
+PUBLIC_H, PUBLIC_W = 480, 640
+
+
+def public_pixels(coords, width=PUBLIC_W, height=PUBLIC_H):
+  return [int(int(c) * (width if i % 2 == 0 else height) / 1000) for i, c in enumerate(coords)]
+
+
+def pil_drawn(image, draw):
+  from PIL import Image, ImageDraw
+  out = Image.fromarray(image)
+  draw(ImageDraw.Draw(out))
+  return np.asarray(out)
+
+
+def pil_highlight(image, coords, alpha):
+  from PIL import Image, ImageDraw
+  base = Image.fromarray(image).convert("RGBA")
+  overlay = Image.new("RGBA", base.size, (255, 255, 255, 0))
+  ImageDraw.Draw(overlay).rectangle(public_pixels(coords), fill=(255, 255, 0, alpha))
+  return np.asarray(Image.alpha_composite(base, overlay).convert("RGB"))
+
+
+@pytest.mark.parametrize("coords", [(0, 0, 1000, 1000), (123, 456, 789, 1000), (0, 310, 997, 590)])
+def test_qwen_coordinates_reach_the_image_edges_like_the_public_tools(coords):
+  image = np.random.default_rng(7).integers(0, 256, (PUBLIC_H, PUBLIC_W, 3), dtype=np.uint8)
+  x0, y0, x1, y1 = public_pixels(coords)
+  out, valid = tools.bounding_box(jnp.asarray(image), coords, (0, 128, 0), 3, scale=1000)
+  assert bool(valid)
+  np.testing.assert_array_equal(np.asarray(out), pil_drawn(
+      image, lambda d: d.rectangle((x0, y0, x1, y1), outline=(0, 128, 0), width=3)))
+
+  out, valid = tools.image_highlight(jnp.asarray(image), coords, (255, 255, 0), 100 / 255,
+                                     scale=1000)
+  assert bool(valid)
+  np.testing.assert_allclose(np.asarray(out, int), pil_highlight(image, coords, 100), atol=1)
+
+  out, valid = tools.draw_line(jnp.asarray(image), coords[:2], coords[2:], (0, 0, 255), 3,
+                               scale=1000)
+  assert bool(valid)
+  ours = (np.asarray(out) != image).any(-1)
+  pil = (pil_drawn(image, lambda d: d.line((x0, y0, x1, y1), fill=(0, 0, 255), width=3))
+         != image).any(-1)
+  # PIL rasterises wide lines its own way (thinner on shallow slopes than the pixels within
+  # 1.5 of the segment): the same segment, between the same end pixels.
+  assert (ours & pil).sum() > 0.85 * pil.sum() and ours.sum() < 1.5 * pil.sum()
+  assert ours[y0, min(x0, PUBLIC_W - 1)] and ours[min(y1, PUBLIC_H - 1), min(x1, PUBLIC_W - 1)]
+
+  out, valid = tools.image_crop(jnp.asarray(image), coords, y1 - y0, x1 - x0, scale=1000)
+  assert bool(valid)
+  np.testing.assert_array_equal(np.asarray(out), image[y0:y1, x0:x1])
+
+
+def test_whole_image_box_is_valid_for_every_tool_at_the_papers_size():
+  image = jnp.zeros((PUBLIC_H, PUBLIC_W, 3), jnp.uint8)
+  whole = (0, 0, 1000, 1000)
+  assert bool(tools.image_crop(image, whole, 48, 64, scale=1000)[1])
+  assert bool(tools.bounding_box(image, whole, scale=1000)[1])
+  assert bool(tools.image_highlight(image, whole, scale=1000)[1])
+  assert bool(tools.draw_line(image, whole[:2], whole[2:], scale=1000)[1])
+  assert bool(tools.draw_path(image, [[0, 0], [1000, 1000], [0, 1000]], 3, scale=1000)[1])
+  assert bool(tools.image_label(image, (1000, 1000), scale=1000)[1])
+  assert not bool(tools.image_label(image, (1001, 0), scale=1000)[1])
+  assert bool(tools.image_label(image, (PUBLIC_W, PUBLIC_H))[1])  # pixels: the far edges
+  assert not bool(tools.image_label(image, (PUBLIC_W + 0.5, 0))[1])
+
+
+def test_pixel_centre_mapping_puts_the_scale_on_the_last_pixel():
+  image = jnp.asarray(random_image(5))
+  out, valid = tools.image_label(jnp.zeros_like(image), (1000, 1000), (1, 2, 3), 0.5,
+                                 (9, 9, 9), scale=1000, pixel_map="centres")
+  assert bool(valid)
+  np.testing.assert_array_equal(np.argwhere(np.asarray(out)[..., 0] == 1), [[H - 1, W - 1]])
+  crop, valid = tools.image_crop(image, (0, 0, 500, 500), H // 2, W // 2, scale=1000,
+                                 pixel_map="centres")
+  np.testing.assert_array_equal(np.asarray(crop), np.asarray(image)[:H // 2, :W // 2])
+  with pytest.raises(ValueError, match="pixel_map must be one of"):
+    tools.draw_line(image, (0, 0), (1, 1), scale=1000, pixel_map="round")
+
+
+def test_path_waypoint_markers_match_reference():
+  image = random_image(6)
+  points = np.array([[5.0, 5.0], [40.0, 8.0], [30.0, 30.0], [0.0, 0.0]], np.float32)
+  out, valid = tools.draw_path(jnp.asarray(image), points, 3, (0, 0, 255), 3.0,
+                               marker_radius=4.0, marker_color=(255, 0, 0))
+  assert bool(valid)
+  line = np.zeros((H, W), bool)
+  for k in range(2):
+    line |= segment_distance(XX, YY, points[k], points[k + 1]) <= 1.5
+  dots = np.zeros((H, W), bool)
+  for k in range(3):  # the unused fourth point gets no marker
+    dots |= np.hypot(XX - points[k, 0], YY - points[k, 1]) <= 4.0
+  expected = paint(paint(image, line, (0, 0, 255)), dots, (255, 0, 0))
+  np.testing.assert_array_equal(np.asarray(out), expected)

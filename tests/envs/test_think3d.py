@@ -81,7 +81,8 @@ def room_task():
 @pytest.mark.parametrize("pull_back", [False, True])
 def test_global_elevation_60_is_a_layout_view_with_the_floor_below(room_task, pull_back):
   room, task = room_task
-  params = Think3DParams(width=64, height=48, splat_radius=2, pull_back=pull_back)
+  params = Think3DParams(width=64, height=48, splat_radius=2, pull_back=pull_back,
+                         draw_cameras=False)  # the points alone; markers are tested below
   camera, near = think3d.view_camera(task, Think3DAction.view(0, 0.0, 60.0, "global"), params)
   assert float(camera.forward[2]) < -0.5, "looking down"
   if pull_back:
@@ -153,7 +154,7 @@ def test_rounds_stop_and_jit_vmap_agree(room_task):
     state = out[1]
     singles.append(out)
   dones = [bool(o[3]) for o in singles]
-  assert dones == [False, False, True, True]
+  assert dones == [False, False, False, True], "the answer after the last view stays open"
   assert bool(singles[3][4]["invalid"]), "a view after the last round is invalid"
 
   _, jstate = jax.jit(lambda t: think3d.reset(KEY, t, SMALL))(task)
@@ -195,3 +196,136 @@ def test_params_are_checked():
     think3d.reset(KEY, marker_task(0, 0), Think3DParams(pivot="x"))
   with pytest.raises(ValueError, match="mode must be one of"):
     Think3DAction.view(0, 0.0, 0.0, "top")
+
+
+def test_the_answer_after_the_last_view_is_accepted_and_a_view_past_it_ends_the_episode(
+    room_task):
+  _, task = room_task
+  params = SMALL  # max_rounds 3
+  view = Think3DAction.view(0, 30.0, 0.0, "ego")
+  _, state = think3d.reset(KEY, task, params)
+  for round_ in (1, 2, 3):
+    _, state, _, done, info = think3d.step(KEY, state, view, params)
+    assert not bool(info["invalid"]) and not bool(done) and int(state.round) == round_
+  _, answered, _, done, info = think3d.step(KEY, state, Think3DAction.stop(), params)
+  assert not bool(info["invalid"]) and bool(done) and bool(answered.stopped)
+  _, after, _, done, info = think3d.step(KEY, answered, Think3DAction.stop(), params)
+  assert bool(info["invalid"]) and bool(done), "nothing is accepted after the answer"
+  # A fourth view: invalid, the view does not change, and the episode is over.
+  obs, over, _, done, info = think3d.step(KEY, state, view, params)
+  assert bool(info["invalid"]) and bool(done) and not bool(over.stopped)
+  assert int(over.round) == 3
+  chex.assert_trees_all_equal(over.replace(done=state.done), state)
+  _, _, _, done, info = think3d.step(KEY, over, Think3DAction.stop(), params)
+  assert bool(info["invalid"]) and bool(done)
+
+
+@pytest.fixture(scope="module")
+def image_tasks(room_task):
+  """The room's 4 orbit cameras, 3 of them real, each with a random 64x48 image; and the
+  same task without images."""
+  room, task = room_task
+  images = np.random.default_rng(1).integers(0, 256, (4, 48, 64, 3), dtype=np.uint8)
+  with_images = Task.create(room.cloud, task.input_cameras, scene_min=room.bounds_min,
+                            scene_max=room.bounds_max, num_input_cameras=3,
+                            input_images=images)
+  return images, with_images, with_images.replace(input_images=jnp.zeros((4, 0, 0, 3),
+                                                                          jnp.uint8))
+
+
+def test_reset_returns_the_input_views_padded_with_background(image_tasks):
+  images, with_images, without = image_tasks
+  params = SMALL  # num_prompt_images 8: more than the 4 cameras
+  obs, _ = think3d.reset(KEY, with_images, params)
+  views = np.asarray(obs.input_images)
+  assert views.shape == (8, 48, 64, 3)
+  np.testing.assert_array_equal(views[:3], images[:3])
+  assert (views[3:] == 255).all(), "past the 3 real cameras: background"
+  first = render(with_images.cloud, jax.tree.map(lambda x: x[0], with_images.input_cameras),
+                 48, 64, 1).rgb
+  np.testing.assert_array_equal(obs.image, first)  # the first observation is unchanged
+  # Without images, renders of the input cameras (their own intrinsics) stand in.
+  obs, _ = think3d.reset(KEY, without, params)
+  views = np.asarray(obs.input_images)
+  for i in range(3):
+    camera = jax.tree.map(lambda x: x[i], without.input_cameras)
+    np.testing.assert_array_equal(views[i], render(without.cloud, camera, 48, 64, 1).rgb)
+  assert (views[3:] == 255).all()
+  np.testing.assert_array_equal(obs.image, first)
+  few = Think3DParams(width=64, height=48, num_prompt_images=2)
+  assert think3d.reset(KEY, with_images, few)[0].input_images.shape == (2, 48, 64, 3)
+  _, state = think3d.reset(KEY, with_images, params)
+  obs, *_ = think3d.step(KEY, state, Think3DAction.view(0, 10.0, 0.0, "ego"), params)
+  assert obs.input_images.shape == (0, 48, 64, 3), "only reset carries the input views"
+
+
+def test_zero_angles_return_the_anchors_input_image(image_tasks):
+  images, with_images, without = image_tasks
+  params = SMALL
+  _, state = think3d.reset(KEY, with_images, params)
+  for anchor, mode in ((1, "ego"), (2, "global")):
+    obs, new_state, _, _, info = think3d.step(KEY, state, Think3DAction.view(anchor, 0.0, 0.0,
+                                                                             mode), params)
+    assert not bool(info["invalid"])
+    np.testing.assert_array_equal(obs.image, images[anchor])
+    # A rejected action afterwards shows the same view again.
+    obs, _, _, _, info = think3d.step(KEY, new_state, Think3DAction.view(7, 5.0, 0.0, "ego"),
+                                      params)
+    assert bool(info["invalid"])
+    np.testing.assert_array_equal(obs.image, images[anchor])
+  anchor_camera = jax.tree.map(lambda x: x[1], with_images.input_cameras)
+  own_view = render(without.cloud, anchor_camera, 48, 64, 1).rgb
+  _, state = think3d.reset(KEY, without, params)
+  obs, *_ = think3d.step(KEY, state, Think3DAction.view(1, 0.0, 0.0, "global"), params)
+  np.testing.assert_array_equal(obs.image, own_view)  # no image: the anchor's own render
+  # input_image_at_zero=False renders the (0, 0) view like any other.
+  off = SMALL.replace(input_image_at_zero=False)
+  _, state = think3d.reset(KEY, with_images, params)  # reset does not depend on the option
+  obs, *_ = think3d.step(KEY, state, Think3DAction.view(1, 0.0, 0.0, "ego"), off)
+  camera, near = think3d.view_camera(with_images, Think3DAction.view(1, 0.0, 0.0, "ego"), off)
+  np.testing.assert_array_equal(obs.image, render(with_images.cloud, camera, 48, 64, 1,
+                                                  near=near).rgb)
+
+
+def test_the_observation_size_must_match_the_input_images(image_tasks):
+  _, with_images, _ = image_tasks
+  wrong = Think3DParams(width=32, height=24)
+  with pytest.raises(ValueError, match="the observation is 32x24 but Task.input_images are 64x48"):
+    think3d.reset(KEY, with_images, wrong)
+  with pytest.raises(ValueError, match="num_prompt_images: expected >= 0, got -1"):
+    think3d.reset(KEY, with_images, Think3DParams(width=64, height=48, num_prompt_images=-1))
+
+
+def test_global_views_draw_the_real_input_cameras(image_tasks):
+  _, _, task = image_tasks
+  params = SMALL
+  plain = params.replace(draw_cameras=False)
+  _, state = think3d.reset(KEY, task, params)
+  action = Think3DAction.view(0, 20.0, 60.0, "global")
+  obs, new_state, *_ = think3d.step(KEY, state, action, params)
+  bare, *_ = think3d.step(KEY, state, action, plain)
+  camera = new_state.camera
+  np.testing.assert_array_equal(bare.image, render(task.cloud, camera, 48, 64, 1,
+                                                   near=new_state.near).rgb)
+  image, bare_image = np.asarray(obs.image).astype(float), np.asarray(bare.image).astype(float)
+  pose = np.asarray(camera.world_from_camera, np.float64)
+  colours = [(255, 0, 0), (0, 0, 255), (0, 128, 0), (255, 165, 0)]  # matplotlib's, as the code
+  for i in range(4):
+    centre = np.asarray(task.input_cameras.world_from_camera[i])[:3, 3]
+    p = (centre - pose[:3, 3]) @ pose[:3, :3]
+    u = int(np.floor(float(camera.fx) * p[0] / p[2] + float(camera.cx) + 0.5))
+    v = int(np.floor(float(camera.fy) * p[1] / p[2] + float(camera.cy) + 0.5))
+    assert p[2] > 0 and 3 <= u < 61 and 3 <= v < 45, "every camera is in this view"
+    if i < 3:  # the dot: the camera's colour at opacity 0.8 over the points (the label's
+      # box, drawn after it as in the code, may cover part of it in so small a view)
+      near = (slice(v - 1, v + 2), slice(u - 1, u + 2))
+      dot = 0.8 * np.asarray(colours[i], float) + 0.2 * bare_image[near]
+      assert (np.abs(image[near] - dot) <= 0.51).all(-1).any(), f"camera {i + 1}'s dot"
+    else:      # camera 4 is padding (num_input_cameras = 3)
+      np.testing.assert_array_equal(image[v - 2: v + 3, u - 2: u + 3],
+                                    bare_image[v - 2: v + 3, u - 2: u + 3])
+  assert (image != bare_image).any(-1).sum() > 60
+  # Ego views and the (0, 0) photo draw no cameras.
+  ego = Think3DAction.view(0, 20.0, 10.0, "ego")
+  np.testing.assert_array_equal(think3d.step(KEY, state, ego, params)[0].image,
+                                think3d.step(KEY, state, ego, plain)[0].image)

@@ -108,3 +108,37 @@ def test_features_in_jit_equal_the_host_extractor():
   wrong = jax.jit(lambda d: features_in_jit(extractor, 7, 32, d, poses, intrinsics))
   with pytest.raises(Exception, match=r"returned \(3, 21, 32\), expected \(3, 7, 32\)"):
     jax.block_until_ready(wrong(depth))
+
+
+def test_vggt_extractor_resizes_frames_to_480_by_640_first():
+  """3DThinker's feature script resizes every frame with PIL (Lanczos) to (480, 640), 480
+  wide and 640 tall, then VGGT's loader (crop mode) makes it 518 wide x 686 tall (bicubic)
+  and keeps rows 84..601: a landscape 640 x 480 frame gives 518 x 518, 5 + 37 x 37 = 1374
+  tokens (the projector's fusion output), not the 518 x 392 (1041 tokens) it gives as is."""
+  import torch
+  from PIL import Image
+  from jaxspatial.models.latent3d import vggt_frames
+  rng = np.random.default_rng(0)
+  frames = rng.integers(0, 256, (2, 480, 640, 3), np.uint8)
+  expected = []
+  for frame in frames:
+    image = Image.fromarray(frame).resize((480, 640), Image.LANCZOS)
+    image = np.asarray(image.resize((518, 686), Image.BICUBIC), np.float32) / 255.0
+    expected.append(image[84:602].transpose(2, 0, 1))
+  np.testing.assert_allclose(vggt_frames(frames), np.stack(expected), atol=1e-6)
+  assert vggt_frames(frames, resize_to=None).shape == (2, 3, 392, 518)
+
+  class Aggregator(torch.nn.Module):  # records VGGT's input, returns one token per patch
+    def forward(self, images):
+      self.seen = images
+      b, n, _, h, w = images.shape
+      return [torch.zeros(b, n, 5 + (h // 14) * (w // 14), 8)], None
+
+  extractor = VGGTExtractor.__new__(VGGTExtractor)  # VGGT itself is not installable here
+  extractor.model = torch.nn.Module()
+  extractor.model.aggregator = Aggregator()
+  extractor.device, extractor.mode, extractor.resize_to = "cpu", "crop", (480, 640)
+  assert extractor(frames).shape == (2, 1374, 8) and extractor.tokens(480, 640) == 1374
+  assert tuple(extractor.model.aggregator.seen.shape) == (1, 2, 3, 518, 518)
+  import inspect
+  assert inspect.signature(VGGTExtractor).parameters["resize_to"].default == (480, 640)

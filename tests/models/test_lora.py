@@ -72,3 +72,45 @@ def test_dropout_and_errors():
     apply_lora(TextModel(CONFIG, rngs=nnx.Rngs(0)), ("missing",), 2, 2.0, rngs=nnx.Rngs(0))
   with pytest.raises(ValueError, match="rank must be positive"):
     LoRALinear(base, 0, 1.0, rngs=nnx.Rngs(0))
+
+
+TIED = TextConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, mrope_section=(1, 1, 2),
+                  tie_word_embeddings=True)
+
+
+def test_every_linear_and_the_tied_lm_head():
+  """3DThinker's stage-2 trainer puts LoRA on every nn.Linear outside the vision tower,
+  `lm_head` included (PEFT, tied head: the adapter adds (alpha / r) x A B to the logits; the
+  embedding stays shared and unchanged)."""
+  from jaxspatial.models.lora import LoRATiedHead, linear_names
+  model = TextModel(TIED, rngs=nnx.Rngs(0))
+  assert model.lm_head is None
+  names = linear_names(model)
+  assert names == ("down_proj", "gate_proj", "k_proj", "o_proj", "q_proj", "up_proj", "v_proj")
+  ids = jnp.asarray(np.random.default_rng(0).integers(0, 128, (2, 6)))
+  mask = jnp.ones_like(ids)
+  before = forward(model, ids)
+  assert apply_lora(model, names + ("lm_head",), rank=4, alpha=8.0, rngs=nnx.Rngs(1)) == 15
+  head = model.lm_head
+  assert isinstance(head, LoRATiedHead) and head.embed is model.embed_tokens
+  np.testing.assert_allclose(forward(model, ids), before, atol=1e-6)  # B = 0
+  head.lora_b[...] = jax.random.normal(jax.random.key(2), head.lora_b[...].shape)
+  hidden = np.asarray(model.hidden_states(model.embed_tokens(ids), text_position_ids(mask),
+                                          mask), np.float64)
+  embedding = np.asarray(model.embed_tokens.embedding[...], np.float64)
+  expected = hidden @ embedding.T + 2.0 * hidden @ np.asarray(head.lora_a[...]) @ np.asarray(
+      head.lora_b[...])
+  np.testing.assert_allclose(forward(model, ids), expected, rtol=1e-4, atol=1e-4)
+  # The adapters train alone; the shared embedding (input lookup and head) does not move.
+  embedding_before = np.asarray(model.embed_tokens.embedding[...])
+  optimizer = nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.LoRAParam)
+  loss_fn = lambda m: optax.softmax_cross_entropy_with_integer_labels(
+      forward(m, ids), jnp.roll(ids, 1, axis=1)).mean()
+  a_before = np.asarray(head.lora_a[...])
+  _, grads = nnx.value_and_grad(loss_fn, argnums=nnx.DiffState(0, nnx.LoRAParam))(model)
+  optimizer.update(model, grads)
+  assert np.abs(np.asarray(head.lora_a[...]) - a_before).max() > 0
+  np.testing.assert_array_equal(model.embed_tokens.embedding[...], embedding_before)
+  with pytest.raises(ValueError, match="tied LM head cannot be folded"):
+    merge_lora(model)

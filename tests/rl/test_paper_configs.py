@@ -44,7 +44,8 @@ def test_thinker3d_stage2_config_is_the_published_recipe():
   assert (o.lora_rank, o.lora_alpha, o.lora_dropout, o.learning_rate) == (64, 128, 0.05, 1e-5)
   assert (config.objective.beta, config.advantage.group_size, config.advantage.eps) == (
       0.04, 8, 1e-4)
-  assert config.rollout.temperature == 0.9
+  # The public trainer samples at temperature 1 whatever its config says (0.9).
+  assert config.rollout.temperature == 1.0
   cpu = importlib.import_module("configs.thinker3d_stage2").get_config("cpu")
   assert cpu.objective == config.objective and cpu.init_from
 
@@ -63,3 +64,33 @@ def test_agent_recipes_keep_the_objective_on_cpu_and_need_a_checkpoint_at_full_s
     recipe.run(reference)
   with pytest.raises(ValueError, match="variant must be 'reference' or 'cpu'"):
     module.get_config("tpu")
+
+
+def test_think3d_rl_reference_is_the_public_script():
+  """Think3D-RL (paper section 3.4, the public ms-swift script): the vision tower frozen,
+  `max_turns 3` (two views, then the answer), temperature 0.6 with repetition penalty 1.1,
+  one epoch of the data, beta 0.001, lr 1e-6 with 5% warm-up, grad-norm 0.5."""
+  from launch import recipe
+  c = importlib.import_module("configs.think3d_rl").get_config()
+  assert tuple(c.model.frozen) == ("visual",)
+  assert (c.rollout.max_turns, c.rollout.temperature, c.rollout.repetition_penalty) == (
+      3, 0.6, 1.1)
+  assert (c.grpo.steps, c.grpo.data_epochs) == (-1, 1.0)
+  assert (c.grpo.learning_rate, c.grpo.warmup_ratio, c.grpo.clip_norm) == (1e-6, 0.05, 0.5)
+  agent = recipe.make_agent(c)
+  assert agent.max_calls == 2 and agent.params.num_prompt_images == 8
+  # 977 MindCube prompts, 16 a step: one epoch is 61 steps.
+  c.grpo.prompts = 16
+  questions = [{"questions": "[" + ", ".join(["{}"] * 1) + "]"}] * 977
+  assert recipe.rl_steps(c, questions) == 61
+
+
+def test_act3d_and_peria_budgets_match_their_papers():
+  """Act3D: 12 interactions, then the answer; PERIA: T <= 11 turns (10 calls, then the
+  answer), an image list that holds them all."""
+  from launch import recipe
+  act3d = importlib.import_module("configs.act3d_grpo").get_config()
+  assert recipe.make_agent(act3d).max_calls == 12 and act3d.rollout.max_turns == 13
+  peria = importlib.import_module("configs.peria_or_gigpo").get_config()
+  agent = recipe.make_agent(peria)
+  assert agent.max_calls == 10 and agent.params.max_images >= peria.rollout.max_turns

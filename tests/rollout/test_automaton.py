@@ -1,16 +1,22 @@
 """Grammar automata against the host regexes, on thousands of random and adversarial turns
-tokenised with a real byte-level BPE."""
+tokenised with a real byte-level BPE; answer bodies against the answer rule's reference
+checker (`turn_strings.legal_answer`), constrained samples included."""
 
 import random
+import time
+import zlib
 
 import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 
+from jaxspatial.models.qwen2_5_vl.model import Qwen25VL
+from jaxspatial.models.qwen2_5_vl.sampler import prefill
 from jaxspatial.rollout import automaton as am
-from jaxspatial.rollout import grammars, host_parse, parse
+from jaxspatial.rollout import episode, grammars, host_parse, tiny
 from tests.rollout import turn_strings
 
 COUNT = 1500  # turns per grammar
@@ -20,22 +26,6 @@ COUNT = 1500  # turns per grammar
 def automata(tokenizer):
   return {name: am.compile_token_automaton(make(), tokenizer)
           for name, make in grammars.GRAMMARS.items()}
-
-
-def _parse_batch(automaton, ids_list):
-  length = max(len(i) for i in ids_list)
-  tokens = np.zeros((len(ids_list), length), np.int32)
-  for row, ids in enumerate(ids_list):
-    tokens[row, :len(ids)] = ids
-  counts = np.asarray([len(i) for i in ids_list], np.int32)
-
-  @jax.jit
-  def run(tokens, counts):
-    def one(t, n):
-      before, final = parse.walk_states(automaton, t, n)
-      return parse.parse_turn(automaton, t, before, n, final)
-    return jax.vmap(one)(tokens, counts)
-  return jax.device_get(run(tokens, counts))
 
 
 def _expected(grammar, host):
@@ -54,17 +44,19 @@ def _expected(grammar, host):
     out.update(camera=float(host["camera"]), azimuth=np.float32(host["azimuth"]),
                elevation=np.float32(host["elevation"]), camera_view=float(host["ego"]))
   elif name == "peria":
-    out.update(tool=float(host["tool"]), image=float(host["image"]),
-               **{f"bbox{i}": float(v) for i, v in enumerate(host["bbox"])})
+    out.update(tool=float(host["tool"]), image_index=float(host["image_index"]),
+               argument=float(host["argument"]))
+    for k, (x, y) in enumerate(host["points"]):
+      out[f"x{k}"], out[f"y{k}"] = float(x), float(y)
   return out
 
 
 @pytest.mark.parametrize("name", sorted(grammars.GRAMMARS))
 def test_automaton_accepts_exactly_what_the_host_regex_accepts(name, tokenizer, automata):
   automaton = automata[name]
-  texts = turn_strings.turns(name, COUNT, seed=hash(name) % 1000)
+  texts = turn_strings.turns(name, COUNT, seed=zlib.crc32(name.encode()) % 1000)
   ids_list = [tokenizer.encode(t, add_special_tokens=False) or [0] for t in texts]
-  result = _parse_batch(automaton, ids_list)
+  result = turn_strings.parse_batch(automaton, ids_list)
   fields = [f.name for f in automaton.grammar.fields]
   accepted = 0
   for row, (text, ids) in enumerate(zip(texts, ids_list)):
@@ -82,7 +74,7 @@ def test_automaton_accepts_exactly_what_the_host_regex_accepts(name, tokenizer, 
       else:
         assert not result.present[row, index], (text, field)
   # Both outcomes are well represented.
-  assert 0.2 * COUNT < accepted < 0.8 * COUNT, accepted
+  assert 0.15 * COUNT < accepted < 0.8 * COUNT, accepted
 
 
 def test_token_bytes_concatenate_to_the_text(tokenizer):
@@ -136,6 +128,8 @@ def test_constrained_decoding_with_random_logits_always_closes_a_valid_turn(
   for row in range(batch):
     text = b"".join(pieces[t] for t in tokens[row] if t >= 0)
     assert host_parse.PARSERS[name](text) is not None, text
+    body = _answer_body_of(text)
+    assert body is None or turn_strings.legal_answer(body), text
 
 
 def test_grammar_errors_name_the_problem():
@@ -145,3 +139,177 @@ def test_grammar_errors_name_the_problem():
     am.Grammar("bad", am.seq(am.Number("n", 0, 3), am.Number("n", 0, 3)), (b"!",)).fields
   with pytest.raises(ValueError, match="ambiguous"):
     am.Grammar("bad", am.alt(am.Number("a", 0, 9), am.Number("b", 0, 9)), (b"!",)).dfa
+
+  with pytest.raises(ValueError, match=r"TextWithout.patterns: expected non-empty bytes"):
+    am.TextWithout((b"</think>", b""))
+  with pytest.raises(ValueError, match=r"TextWithout.patterns: expected non-empty bytes"):
+    am.TextWithout(("</think>",))
+  with pytest.raises(ValueError, match=r"TextWithout.min_nonspace: expected >= 0, got -1"):
+    am.TextWithout(b"x", min_nonspace=-1)
+  with pytest.raises(ValueError, match=r"TextWithout.space: expected byte values"):
+    am.TextWithout(b"x", space=" ")
+
+
+def test_text_without_is_the_text_free_of_its_patterns_with_enough_non_space():
+  """Every string over a small alphabet up to 7 bytes, against the definition; overlapping
+  patterns exercise the Aho-Corasick failure links."""
+  patterns = (b"abab", b"babb", b"b|a", b"||")
+  alphabet = b"ab| "
+  texts = [b""]
+  for _ in range(7):
+    texts += [t + bytes([c]) for t in texts if len(t) == len(texts[-1]) for c in alphabet]
+  for need in (0, 1, 2):
+    dfa = am.Grammar("text", am.seq(am.TextWithout(patterns, min_nonspace=need), "!"),
+                     (b"!",)).dfa
+    for text in texts:
+      expected = (not any(p in text for p in patterns)
+                  and sum(c != ord(" ") for c in text) >= need)
+      assert bool(dfa.accepting[dfa.walk(text + b"!")]) == expected, (need, text)
+
+
+def test_token_tables_walk_each_token_from_each_state(tokenizer, automata):
+  """token_next and distance against a plain walk of every token's bytes from the states
+  that valid turns pass through, and Bellman-Ford relaxation over all allowed tokens."""
+  pieces, _ = am.token_bytes(tokenizer)
+  for name in ("act3d", "thinker3d"):
+    automaton = automata[name]
+    dfa = automaton.grammar.dfa
+    token_next = np.asarray(automaton.token_next)
+    visited = {am.START}
+    for text in turn_strings.turns(name, 30, seed=2):
+      state = am.START
+      for byte in text.encode():
+        state = int(dfa.next[state, byte])
+        visited.add(state)
+    for state in sorted(visited):
+      for token, data in enumerate(pieces):
+        expected = state
+        for byte in data:
+          if dfa.accepting[expected]:
+            break
+          expected = int(dfa.next[expected, byte])
+        if dfa.accepting[state] or not data:
+          expected = am.DEAD
+        assert token_next[state, token] == expected, (name, state, token)
+    big = np.iinfo(np.int32).max // 2
+    successors = token_next[:, ~np.asarray(automaton.banned)].astype(np.int64)
+    dist = np.where(dfa.accepting, 0, big)
+    for _ in range(dfa.num_states):
+      dist = np.where(dfa.accepting, 0, np.minimum(dist, 1 + dist[successors].min(axis=1)))
+      dist[am.DEAD] = big
+    np.testing.assert_array_equal(np.asarray(automaton.distance), np.minimum(dist, big))
+
+
+LATENTS = "<|latent_start|>" + "<|latent_pad|>" * 12 + "<|latent_end|>"
+
+
+def _answer_turn(name: str, body: bytes) -> bytes:
+  head = LATENTS.encode() if name == "thinker3d" else b""
+  return head + b"<think>t</think><answer>" + body + b"</answer>"
+
+
+def _answer_body_of(turn: bytes) -> bytes | None:
+  """The answer body by the turns' shape: after the first </think> and JSON whitespace
+  comes <answer>, then the body up to the first </answer> (None: not an answer)."""
+  if b"</think>" not in turn:
+    return None
+  rest = turn.split(b"</think>", 1)[1].lstrip(b" \t\n\r")
+  if not rest.startswith(b"<answer>"):
+    return None
+  return rest[len(b"<answer>"):].split(b"</answer>", 1)[0]
+
+
+def _probe_bodies() -> list[bytes]:
+  bodies = [b.encode() for b in turn_strings.LEGAL_ANSWERS + turn_strings.BLANK_ANSWERS]
+  bodies += [b"x" + t.encode() + b" y" for t in turn_strings.TAGS_IN_ANSWERS]
+  bodies += list(turn_strings.NOT_IN_ANSWERS)
+  rng = random.Random(3)
+  pieces = (b"<", b"|", b"/", b">", b"think", b"answer", b"tool_call", b"action", b"thin",
+            b" ", b"\t", b"\x0b", b"\x0c", b"\n", b"a", "\u00a0".encode(), "→".encode())
+  bodies += [b"".join(rng.choice(pieces) for _ in range(rng.randint(0, 8))) for _ in range(300)]
+  return bodies
+
+
+@pytest.mark.parametrize("name", sorted(grammars.GRAMMARS))
+def test_answer_bodies_are_never_blank_or_tagged(name, tokenizer, automata):
+  """Blank and tag-holding answers are malformed in the byte DFA, the token tables with
+  the device parse, and the host regex alike; the reference is `legal_answer`."""
+  automaton = automata[name]
+  dfa = automaton.grammar.dfa
+  turns = [_answer_turn(name, body) for body in _probe_bodies()]
+  expected = [turn_strings.legal_answer(_answer_body_of(t)) for t in turns]
+  for turn, legal in zip(turns, expected):
+    host = host_parse.PARSERS[name](turn)
+    assert (host is not None) == legal, turn
+    if legal:
+      assert host["answer"] == _answer_body_of(turn), turn
+    assert bool(dfa.accepting[dfa.walk(turn)]) == legal, turn
+  ids_list = [tokenizer.encode(t.decode(), add_special_tokens=False) for t in turns]
+  np.testing.assert_array_equal(turn_strings.parse_batch(automaton, ids_list).valid, expected)
+  assert 50 < sum(expected) < len(expected) - 50
+
+
+def test_constrained_tiny_policy_never_answers_blank_or_with_tags(tokenizer):
+  """The issue's measurement: constrained Act3D turns of the tiny random policy through
+  the rollout's decode loop. Three quarters are forced up to `<answer>` so that the policy
+  writes many answer bodies (a random policy rarely closes its thinking by itself)."""
+  model = Qwen25VL(tiny.model_config(tokenizer), rngs=nnx.Rngs(0))
+  automaton = am.compile_token_automaton(grammars.act3d(), tokenizer,
+                                         model.config.text.vocab_size)
+  batch, limit = 64, 40
+  config = episode.RolloutConfig(
+      max_turns=1, max_turn_tokens=limit, constrained=True, temperature=1.0,
+      eos_tokens=(tokenizer.convert_tokens_to_ids("<|im_end|>"),),
+      pad_token=tokenizer.pad_token_id)
+  prompt = jnp.asarray([tokenizer.encode("<|im_start|>assistant\n", add_special_tokens=False)]
+                       * batch, jnp.int32)
+  head = tokenizer.encode("<think>ok</think><answer>", add_special_tokens=False)
+  forced = np.full((batch, limit), -1, np.int32)
+  forced[batch // 4:, :len(head)] = head
+
+  @nnx.jit
+  def sample(model, automaton, forced, key):
+    size = prompt.shape[1] + limit
+    dstate, logits = prefill(model, prompt, jnp.ones(prompt.shape, bool), size)
+    buffers = (jnp.concatenate([prompt, jnp.zeros((batch, limit), jnp.int32)], 1),
+               dstate.valid, jnp.zeros((batch, size), bool), jnp.zeros((batch, size)))
+    out = episode._decode_turn(model, automaton, config, 0, key, dstate, logits,
+                               jnp.ones(batch, bool), buffers, forced, None)
+    return out[2], out[4], out[5]  # tokens, counts, grammar states after the turn
+  tokens, count, final = jax.device_get(
+      sample(model, automaton, jnp.asarray(forced), jax.random.PRNGKey(0)))
+  assert automaton.accepting[final].all()
+  pieces, _ = am.token_bytes(tokenizer)
+  answers = 0
+  for row in range(batch):
+    text = b"".join(pieces[t] for t in tokens[row, :count[row]])
+    assert host_parse.parse_act3d(text) is not None, text
+    body = _answer_body_of(text)
+    answers += body is not None
+    assert body is None or turn_strings.legal_answer(body), text
+  assert answers >= batch - batch // 4
+
+
+def test_host_parsers_stay_fast_on_hostile_text():
+  """100 kB adversarial turns. The regexes are linear; backtracking that is quadratic in
+  the length would take minutes here instead of milliseconds."""
+  size = 100_000
+
+  def answer(body):
+    return b"<think></think><answer>" + body + b"</answer>", body
+  cases = [(b"<think>" + b"</thin" * (size // 6), None), (b" " * size + b"<think>", None),
+           answer(b" \t\x0b" * (size // 3)), answer(b" " * size + b"x"),
+           answer(b"x" * size + b"<think>"), answer(b"<thin<answe<tool_cal</actio<" * (size // 26)),
+           answer(b"a<|" * (size // 3)),
+           (b"<think></think><answer>" + b"<" * size, None),
+           (b"<think></think><answer>" + b"</answer" * (size // 8), None),
+           (b"<think></think><tool_call>{" + b" \n" * (size // 2), None),
+           (bytes(random.Random(0).randrange(256) for _ in range(size)), None)]
+  for name, parse_turn in host_parse.PARSERS.items():
+    head = LATENTS.encode() if name == "thinker3d" else b""
+    start = time.perf_counter()
+    for text, body in cases:
+      result = parse_turn(head + text)
+      legal = body is not None and turn_strings.legal_answer(body)
+      assert (result is not None) == legal, (name, text[:60])
+    assert time.perf_counter() - start < 5.0, name

@@ -75,6 +75,7 @@ def test_variants_share_one_length_and_each_equals_its_own_formatting():
       expected = expected.replace("{:d}", str(int(numbers[row, 0])))
     assert text == expected
     assert np.sum(ids[row] == image_pad) == 4  # the image group, attended or masked
+    assert mask[row, -1]  # the next turn samples from the last slot: a real token
     host_ids, host_mask = observation.observation_tokens_host(template, numbers[row],
                                                               int(choice[row]))
     np.testing.assert_array_equal(ids[row], host_ids)

@@ -1,45 +1,70 @@
-"""A scripted PERIA episode through the compiled loop equals the image tools applied by hand,
-and its reward follows PERIA's format and correctness rules."""
+"""A scripted PERIA episode through the compiled loop equals the environment stepped by hand
+with the public tools' calls, its reward follows PERIA's format and correctness rules, and
+its messages are the public environment's (PEDIA's train_tool_server, written out here)."""
+
+import random
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from flax import nnx
 
 from data_pipelines.synthetic import episodes
-from jaxspatial.envs import image_tools, peria
+from jaxspatial.envs import peria
 from jaxspatial.models.qwen2_5_vl.model import Qwen25VL
-from jaxspatial.rollout import agents, automaton as am, episode, observation, prompts, tiny
+from jaxspatial.rollout import (agents, episode, host_parse, observation, peria_agent, prompts,
+                                tiny)
+from jaxspatial.rollout import automaton as am
+from tests.rollout import turn_strings
+
+PARAMS = peria.PeriaParams(width=56, height=56, max_images=4, max_turns=4, max_path_points=4)
+# The public server's strings (pedia_base.conduct_action and the tools' error returns).
+SUCCESS = "Tool executed successfully.\nObservation {:d}:\n"
+UNPARSEABLE = ('Error: Could not parse action. Expected format: <action>{"name": "tool_name", '
+               '"arguments": {...}}</action>')
+BAD_INDEX = "Error: Invalid image index."
+FEW_POINTS = "Error: Need at least 2 points (4 coordinate values) and an even number of values."
 
 
-def _call(tool, image, box):
-  return ('<think>t</think><action>{"name": "' + tool + '", "arguments": {"image": '
-          f'{image}, "bbox": [{", ".join(str(b) for b in box)}]}}}}</action>')
+def _call(tool, image, key, coords, label=None):
+  value = f"[{', '.join(str(c) for c in coords)}]"
+  if label is not None:
+    value = f'"{label}", "position": {value}'
+  return ('<think>t</think><action>{"name": "' + tool + '", "arguments": {"image_index": '
+          f'{image}, "{key}": {value}}}}}</action>')
 
 
-def test_scripted_peria_episode_equals_the_tools_by_hand():
-  params = peria.PeriaParams(width=56, height=56, max_images=3, max_turns=4)
-  agent = agents.PeriaAgent(params)
+@pytest.fixture(scope="module")
+def policy():
   tok = tiny.tokenizer()
-  model = Qwen25VL(tiny.model_config(tok), rngs=nnx.Rngs(1))
+  return tok, Qwen25VL(tiny.model_config(tok), rngs=nnx.Rngs(1))
+
+
+def test_scripted_peria_episode_equals_the_environment_by_hand(policy):
+  tok, model = policy
+  agent = agents.PeriaAgent(PARAMS)
+  assert agent.continue_on_format_error and agent.max_calls == 3
   automaton = am.compile_token_automaton(agent.grammar, tok, model.config.text.vocab_size)
   n_image = episode.image_tokens(model, agent.image_size)
   template = observation.compile_template(tok, agent.observation, n_image)
   assert template.integers == (True,)
   tasks, _ = episodes.act3d_tasks(4, seed=4, points=4000)
   tasks = tasks.replace(answer_choice=np.asarray([1, -1, -1, 0], np.int32))
-  ids, mask = prompts.left_padded(tok, [prompts.chat_prompt("s", "q", n_image)] * 4)
-  config = episode.RolloutConfig(max_turns=4, max_turn_tokens=64, pad_token=tok.pad_token_id)
+  ids, mask = prompts.left_padded(tok, [prompts.peria_prompt("s", "q", n_image)] * 4)
+  config = episode.RolloutConfig(max_turns=4, max_turn_tokens=72, pad_token=tok.pad_token_id)
   answer_name = bytes(np.asarray(tasks.answer_ids[1])[np.asarray(tasks.answer_ids[1]) >= 0]
                       .astype(np.uint8).tolist()).decode()
-  calls = [("image_crop", 0, (250, 250, 750, 750)), ("bounding_box", 1, (100, 200, 900, 800)),
-           ("draw_line", 2, (0, 0, 1000, 1000))]  # the list (3 images) is full by then
+  calls = [("image_crop", 0, "bounding_box", (0, 0, 1000, 1000)),
+           ("draw_path", 1, "points", (0, 0, 500, 1000, 1000, 0)),
+           ("image_label", 2, "text", (1000, 1000), "door")]
   scripts = [
       [_call(*c) for c in calls] + ["<think>ok</think><answer>B</answer>"],
-      [_call("image_highlight", 2, (0, 0, 10, 10)),  # no image 2 yet: invalid
+      [_call("image_highlight", 2, "bounding_box", (0, 0, 10, 10)),  # no image 2 yet
+       '<think>hm</think><action>{"name": "zoom"}</action>',          # unparseable: retried
        f"<think>ok</think><answer>{answer_name}</answer>"],
-      [_call("image_crop", 0, (0, 0, 500, 500))] * 4,   # truncated: calls, no answer
-      ["<think>ok</think><answer>B</answer>"],          # wrong letter (truth A)
+      [_call("image_crop", 0, "bounding_box", (0, 0, 500, 500))] * 4,  # truncated
+      ["<think>ok</think><answer>B</answer>"],                          # wrong letter (A)
   ]
   forced = episode.forced_tokens(tok, scripts, config)
   run = episode.compile_rollout(agent, template, config)
@@ -47,25 +72,101 @@ def test_scripted_peria_episode_equals_the_tools_by_hand():
                             jax.random.PRNGKey(0), jnp.asarray(forced)))
 
   task = jax.tree.map(lambda x: jnp.asarray(x[0]), tasks)
-  obs, state = peria.reset(jax.random.PRNGKey(0), task, params)
+  obs, state = peria.reset(jax.random.PRNGKey(0), task, PARAMS)
   np.testing.assert_array_equal(traj.images[0, 0], obs.image)
-  crop, ok = image_tools.image_crop(obs.image, (250, 250, 750, 750), 56, 56, scale=1000)
-  assert ok
-  boxed, ok = image_tools.bounding_box(crop, (100, 200, 900, 800), scale=1000)
-  assert ok
-  # The crop's bilinear weights fuse differently inside the compiled loop: a level of rounding.
-  same = lambda a, b: np.testing.assert_allclose(np.int32(a), np.int32(b), atol=1)
-  for t, (tool, image, box) in enumerate(calls):
-    action = peria.PeriaAction.create(peria.TOOL, peria.TOOLS.index(tool), image, box)
-    obs, state, _, _, info = peria.step(jax.random.PRNGKey(0), state, action, params)
-    same(traj.images[0, t + 1], obs.image)
-    assert traj.observation_numbers[0, t + 1, 0] == (t + 1 if t < 2 else -1)
-    assert bool(info["invalid"]) == (t == 2)
-  same(traj.images[0, 1], crop)
-  same(traj.images[0, 2], boxed)
-  assert (boxed != crop).any() and (np.abs(np.int32(crop) - np.int32(traj.images[0, 0])) > 8).any()
-  assert list(traj.env_invalid[0, :3]) == [False, False, True]
-  assert traj.env_invalid[1, 0]
-  # format + correct: +1 +1 (letter B); +1 +1 (the phrase); 0 + 0 (truncated); +1 + 0.
+  images = [obs.image]
+  for t, (tool, image, _, coords, *_) in enumerate(calls):
+    action = peria.PeriaAction.create(peria.TOOL, peria.TOOLS.index(tool), image, coords,
+                                      max_points=PARAMS.max_path_points)
+    obs, state, _, _, info = peria.step(jax.random.PRNGKey(0), state, action, PARAMS)
+    assert not bool(info["invalid"]) and int(obs.index) == t + 1
+    np.testing.assert_allclose(np.int32(traj.images[0, t + 1]), np.int32(obs.image), atol=1)
+    assert traj.observation_numbers[0, t + 1, 0] == t + 1
+    images.append(obs.image)
+  np.testing.assert_array_equal(images[1], images[0])  # the whole image, at its own size
+  assert all((np.asarray(a) != np.asarray(b)).any() for a, b in zip(images[1:], images[2:]))
+  assert not traj.env_invalid[0].any() and traj.env_invalid[1, 0] and traj.env_invalid[2, 3]
+  assert traj.observation_numbers[1, 1, 0] == -1
+  # format + correct: +1 +1 (letter B); +1 +1 (the phrase, after a rejected call and an
+  # unparseable turn); 0 + 0 (truncated); +1 + 0.
   np.testing.assert_allclose(traj.reward, [2.0, 2.0, 0.0, 1.0])
   np.testing.assert_allclose(traj.reward_components["interactions"], [3, 1, 4, 0])
+
+
+def test_messages_are_the_public_environments(policy):
+  tok, _ = policy
+  texts = agents.PeriaAgent(PARAMS).observation
+  chat = lambda text: f"<|im_end|>\n<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n"
+  assert texts[peria_agent.SUCCESS_VARIANT] == chat(
+      SUCCESS + "<|vision_start|><|image_pad|><|vision_end|>")
+  assert texts[peria_agent.FORMAT_ERROR_VARIANT] == chat(UNPARSEABLE)
+  assert texts[peria_agent.INDEX_VARIANT] == chat(BAD_INDEX)
+  assert texts[peria_agent.PATH_POINTS_VARIANT] == chat(FEW_POINTS)
+  for k, tool in enumerate(peria.TOOLS):
+    # The server appends Python's exception text; ours is fixed.
+    assert f"user\nError executing {tool}: " in texts[peria_agent.ARGUMENTS_VARIANT + k]
+  template = observation.compile_template(tok, texts, 4)
+  assert [v.has_image for v in template.variants] == [True] + [False] * (len(texts) - 1)
+
+
+def test_observation_variant_names_the_error_the_environment_found():
+  agent = agents.PeriaAgent(PARAMS)
+  tasks, _ = episodes.act3d_tasks(1, seed=4, points=2000)
+  _, state = peria.reset(jax.random.PRNGKey(0), jax.tree.map(lambda x: x[0], tasks), PARAMS)
+  create = lambda tool, image, points, **kw: peria.PeriaAction.create(
+      peria.TOOL, peria.TOOLS.index(tool), image, points, max_points=4, **kw)
+  cases = [
+      (create("image_crop", 0, (0, 0, 500, 500)), peria_agent.SUCCESS_VARIANT),
+      (create("image_crop", 3, (0, 0, 500, 500)), peria_agent.INDEX_VARIANT),
+      (create("draw_path", 0, (5, 5)), peria_agent.PATH_POINTS_VARIANT),
+      (create("draw_line", 0, (9, 9, 1, 1), argument=0),
+       peria_agent.ARGUMENTS_VARIANT + peria.TOOLS.index("draw_line")),
+  ]
+  step = jax.jit(peria.step, static_argnums=3)
+  for action, variant in cases:
+    _, new, _, _, info = step(jax.random.PRNGKey(0), state, action, PARAMS)
+    assert int(agent.observation_variant(info["invalid"], False, False, new)) == variant
+    assert int(agent.observation_variant(info["invalid"], True, False, new)) == (
+        peria_agent.FORMAT_ERROR_VARIANT)
+  assert int(agent.observation_variant(True, False, False)) == peria_agent.INVALID_CALL_VARIANT
+
+
+def test_first_prompt_and_configuration():
+  prompt = prompts.peria_prompt("sys", "Which is left?", 2)
+  assert ("<|im_start|>user\nObservation 0:\n<|vision_start|><|image_pad|><|image_pad|>"
+          "<|vision_end|>\nWhich is left?<|im_end|>") in prompt
+  for name in ("image_index", "bounding_box", "coordinates", "points", "position"):
+    assert name in prompts.PERIA_SYSTEM
+  with pytest.raises(ValueError, match=r"max_images \(3\) must be at least max_turns \(4\)"):
+    agents.PeriaAgent(peria.PeriaParams(max_images=3, max_turns=4))
+  # The automaton stays small: 192 states before draw_path and image_label, 344 with the
+  # default 8 path points (each point adds 14).
+  assert agents.PeriaAgent(PARAMS).grammar.dfa.num_states < 300
+
+
+@pytest.mark.parametrize("coordinates", ["boxed"])  # "list" runs in test_automaton.py
+def test_boxed_coordinates_parse_as_the_host_regex_does(policy, coordinates):
+  """The public declarations' strings: the automaton's parse against the host regex."""
+  tok, _ = policy
+  agent = agents.PeriaAgent(PARAMS, coordinate_format=coordinates)
+  automaton = am.compile_token_automaton(agent.grammar, tok)
+  rng = random.Random(2)
+  texts = [turn_strings.peria_turn(rng, coordinates) for _ in range(500)]
+  parsed = turn_strings.parse_batch(
+      automaton, [tok.encode(t, add_special_tokens=False) for t in texts])
+  field = lambda row, name: parsed.values[row, agent.grammar.field_id(name) - 1]
+  calls = 0
+  for row, text in enumerate(texts):
+    host = host_parse.parse_peria(text.encode(), PARAMS.max_images, 1000,
+                                  PARAMS.max_path_points, coordinates)
+    assert bool(parsed.valid[row]) == (host is not None), text
+    if host is None or "answer" in host:
+      continue
+    calls += 1
+    assert (field(row, "tool"), field(row, "image_index"), field(row, "argument")) == (
+        host["tool"], host["image_index"], host["argument"]), text
+    xs = [parsed.present[row, agent.grammar.field_id(f"x{k}") - 1] for k in range(4)]
+    assert sum(xs) == len(host["points"]), text
+    for k, (x, y) in enumerate(host["points"]):
+      assert (field(row, f"x{k}"), field(row, f"y{k}")) == (x, y), text
+  assert calls > 40  # many exceed PARAMS (4 images, 4 points): rejected alike

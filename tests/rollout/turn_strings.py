@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import random
 
+import jax
+import numpy as np
+
 from jaxspatial.envs.act3d import PRIMITIVES
+from jaxspatial.rollout import parse
 from jaxspatial.rollout.grammars import PERIA_TOOLS
 
 WORDS = ("the", "chair", "is", "left", "of", "table", "<", ">", "</", "think", "answer",
@@ -33,8 +37,39 @@ def _number(rng, lo, hi, decimals, edge=0.15):
   return str(int(value))
 
 
+# Answer bodies: legal ones with '<' and odd spacing, blank ones, and tags (each tag of the
+# grammars and Qwen special-token spellings) dropped into a legal one.
+LEGAL_ANSWERS = ("A", "(B) sofa", "chair", "two < three", "C.", "x < 3", "a<b", "<3 m", "</",
+                 "< |", "|>", "<thinking>", "<Answer>", "</answe", "<tool_call", "ä→",
+                 " B ", "\x0bA\x0c", "\u00a0", "<<")
+BLANK_ANSWERS = ("", " ", "\n\t ", "\r\n", "\x0b\x0c")
+TAGS_IN_ANSWERS = ("<think>", "</think>", "<answer>", "<tool_call>", "</tool_call>",
+                   "<action>", "</action>", "<|im_end|>", "<|im_start|>", "<|latent_pad|>",
+                   "<|", "<|endoftext|>")
+NOT_IN_ANSWERS = tuple(t.encode() for t in (
+    "<think>", "</think>", "<answer>", "</answer>", "<tool_call>", "</tool_call>",
+    "<action>", "</action>", "<|"))
+
+
+def legal_answer(body: bytes) -> bool:
+  """The answer rule from its definition: a byte other than ASCII whitespace
+  (`bytes.strip`'s set), and no tag or special-token opening `<|`."""
+  return bool(body.strip()) and not any(tag in body for tag in NOT_IN_ANSWERS)
+
+
+def answer_body(rng) -> str:
+  kind = rng.random()
+  if kind < 0.8:
+    return rng.choice(LEGAL_ANSWERS)
+  if kind < 0.87:
+    return rng.choice(BLANK_ANSWERS)
+  legal = rng.choice(LEGAL_ANSWERS)
+  i = rng.randint(0, len(legal))
+  return legal[:i] + rng.choice(TAGS_IN_ANSWERS) + legal[i:]
+
+
 def _answer(rng):
-  return "<answer>" + rng.choice(("A", "(B) sofa", "chair", "", "two < three", "C.")) + "</answer>"
+  return "<answer>" + answer_body(rng) + "</answer>"
 
 
 def _call(name, arguments, rng, open_tag="<tool_call>", close_tag="</tool_call>"):
@@ -64,12 +99,44 @@ def think3d_turn(rng):
   return _think(rng) + _call("pi3_tool", args, rng)
 
 
-def peria_turn(rng):
+PERIA_KEYS = {"image_crop": "bounding_box", "image_label": "text", "draw_line": "coordinates",
+              "draw_path": "points", "bounding_box": "bounding_box",
+              "image_highlight": "bounding_box"}
+PERIA_POINTS = {"image_label": 1, "draw_path": None}  # None: 2 to 8 (the default maximum)
+LABELS = ("Tree", "a, b", "", " ", "ä→", "}", "x \\", 'say "hi"', "</think>", "line\nbreak")
+
+
+def _peria_points(rng, tool, coordinates):
+  count = PERIA_POINTS.get(tool, 2)
+  if count is None or rng.random() < 0.1:
+    count = rng.randint(1, 9)  # one past the grammar's 8 now and then
+  values = [_number(rng, 0, 1000, 0, 0.05) for _ in range(2 * count)]
+  if rng.random() < 0.05:
+    values.pop()  # an odd number of coordinates
+  if coordinates == "list":
+    sep = lambda: _ws(rng) + "," + _ws(rng)
+    return "[" + _ws(rng) + sep().join(values) + _ws(rng) + "]"
+  space = lambda: rng.choice(("", "", "", " ", "  ", "\n" if rng.random() < 0.1 else ""))
+  opener, closer = rng.choice((("\\\\boxed{", "}"), ("(", ")"), ("", ""), ("\\boxed{", "}"),
+                               ("\\\\boxed{", ""), ("[", "]")))
+  return f'"{opener}{space()}' + (space() + "," + space()).join(values) + f'{space()}{closer}"'
+
+
+def peria_turn(rng, coordinates="list"):
+  """The public tools' calls: "image_index", then the tool's own argument (now and then
+  another tool's, which the grammar accepts and the environment rejects); `coordinates`
+  "boxed": the public declarations' strings ("\\\\boxed{...}", "(x,y)")."""
   if rng.random() < 0.25:
     return _think(rng) + _answer(rng)
-  box = ", ".join(_number(rng, 0, 1000, 0, 0.05) for _ in range(4))
-  args = f'"image": {_number(rng, 0, 7, 0)}, "bbox": [{box}]'
-  return _think(rng) + _call(rng.choice(PERIA_TOOLS), args, rng, "<action>", "</action>")
+  tool = rng.choice(PERIA_TOOLS + ("image_zoom",) * (rng.random() < 0.03))
+  key = PERIA_KEYS.get(tool, "bounding_box")
+  if rng.random() < 0.1:
+    key = rng.choice(tuple(PERIA_KEYS.values()) + ("bbox", "position"))
+  value = _peria_points(rng, tool, coordinates)
+  if key == "text":
+    value = f'"{rng.choice(LABELS)}"{_ws(rng)},{_ws(rng)}"position"{_ws(rng)}:{_ws(rng)}{value}'
+  args = f'"image_index": {_number(rng, 0, 9, 0)}, "{key}"{_ws(rng)}:{_ws(rng)}{value}'
+  return _think(rng) + _call(tool, args, rng, "<action>", "</action>")
 
 
 def thinker3d_turn(rng):
@@ -112,3 +179,20 @@ def turns(grammar: str, count: int, seed: int = 0) -> list[str]:
 def corpus(seed: int = 0) -> list[str]:
   """Text to train the test tokenizer on: every grammar's turns."""
   return [t for g in VALID for t in turns(g, 300, seed)]
+
+
+def parse_batch(automaton, ids_list):
+  """The device parse of tokenised turns (padded into one batch), on the host."""
+  length = max(len(i) for i in ids_list)
+  tokens = np.zeros((len(ids_list), length), np.int32)
+  for row, ids in enumerate(ids_list):
+    tokens[row, :len(ids)] = ids
+  counts = np.asarray([len(i) for i in ids_list], np.int32)
+
+  @jax.jit
+  def run(tokens, counts):
+    def one(t, n):
+      before, final = parse.walk_states(automaton, t, n)
+      return parse.parse_turn(automaton, t, before, n, final)
+    return jax.vmap(one)(tokens, counts)
+  return jax.device_get(run(tokens, counts))

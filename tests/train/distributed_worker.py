@@ -37,7 +37,7 @@ def recipe_job(mesh):
   c = think3d_rl.get_config("cpu")
   c.agent.update(width=56, height=56)
   c.rollout.update(max_turns=2, max_turn_tokens=24, temperature=0.0)
-  c.data.prompt_tokens = 300
+  c.data.prompt_tokens = 400  # the system message and 8 input views
   job = recipe.build(c)
   if mesh is not None:  # the same parameters, replicated over the processes' mesh
     state = nnx.state(job.model, nnx.Param)

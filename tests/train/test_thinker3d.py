@@ -1,10 +1,11 @@
 """3DThinker end to end on the synthetic three-view task: the stage-1 loss against numpy,
 stage-1 training (alignment down, latent similarity of generated latents up on held-out
-scenes), the stage-2 rollout's rewards against independent computations, the latent
-loop inside one compiled program, the distance between training-mode and inference-mode
-latents, and a stage-2 GRPO run from the stage-1 checkpoint."""
+scenes), the stage-2 rollout's rewards against independent computations (the latent
+fallback without a block against a teacher-forced pass), the latent loop inside one
+compiled program, the distance between training-mode and inference-mode latents, the
+stage-2 settings of the public trainer, and a stage-2 GRPO run from the stage-1
+checkpoint."""
 
-import re
 
 import jax
 import jax.numpy as jnp
@@ -13,7 +14,7 @@ import pytest
 from flax import nnx
 
 from configs import thinker3d_stage1, thinker3d_stage2
-from jaxspatial.rl.rewards.papers import thinker3d_format_text
+from jaxspatial.rl.rewards.papers import thinker3d_format_text, thinker3d_letter_text
 from jaxspatial.rollout import automaton as am
 from jaxspatial.rollout import thinker3d as rollout3d
 from jaxspatial.train import read_jsonl
@@ -107,10 +108,9 @@ def test_rollout_rewards_against_independent_computations(stage1):
     # Format: the host regex of the reference agrees (the outputs hold 12 pads when valid).
     assert bool(out.reward_components["format"][b]) == (
         thinker3d_format_text(text) and text.count("<|latent_pad|>") == 12), text
-    answer = re.search(r"<answer>(.*?)</answer>", text, re.DOTALL)
-    letter = answer and re.match(r"\s*\(?([A-E])(?:[).: ]|$)", answer.group(1))
-    correct = bool(letter) and "ABCDE".index(letter.group(1)) == int(
-        job.test.examples.answer_choice[b])
+    # Correct: 3DThinker's letter rule on the string (tests/rl/test_rewards.py holds it to
+    # the public patterns).
+    correct = thinker3d_letter_text(text) == int(job.test.examples.answer_choice[b])
     assert bool(out.reward_components["correct"][b]) == correct, text
   # Latent similarity: (cos + 1) / 2 per token over channels, from the projected latents.
   images = np.asarray(job.test.examples.images[index])
@@ -135,6 +135,92 @@ def test_rollout_rewards_against_independent_computations(stage1):
 def _vision(job, images):
   from jaxspatial.models.qwen2_5_vl.preprocess import batch_vision_inputs
   return batch_vision_inputs(job.policy.model.config.vision, jnp.asarray(images))
+
+
+def test_without_a_latent_block_the_fallback_window_is_scored(stage1):
+  """The public reward, with no <|latent_start|> ... <|latent_end|>, takes the 12 final
+  hidden states at the positions from the one after "<|im_start|>assistant" on, of a
+  teacher-forced pass over the prompt and the sampled ids, through the same projector
+  (0 when the completion is shorter than the window). The untrained policy seldom opens a
+  latent block."""
+  job, untrained, _, _ = stage1
+  index, test = np.arange(8), job.test
+  images = np.asarray(test.examples.images[index])
+  run = rollout3d.compile_rollout(thinker3d.rollout_config(job, 0.0))
+  out = jax.device_get(run(untrained, job.automaton, jnp.asarray(test.prompt_ids[index]),
+                           jnp.asarray(test.prompt_mask[index]), jnp.asarray(images),
+                           jnp.asarray(test.examples.features[index]),
+                           jnp.asarray(test.examples.answer_choice[index]),
+                           jax.random.PRNGKey(0)))
+  block = out.reward_components["latent_block"] > 0
+  fallback = out.reward_components["latent_fallback"] > 0
+  np.testing.assert_array_equal(fallback, ~block & (out.lengths >= 11))  # the window fits
+  assert fallback.sum() >= 4
+  np.testing.assert_array_equal(out.reward_components["latent_sim"][~fallback & ~block], 0.0)
+  pieces, _ = am.token_bytes(job.tokenizer)
+  text = b""
+  for start, token in enumerate(out.tokens[0]):  # the window starts after the header
+    if text.endswith(b"<|im_start|>assistant"):
+      break
+    text += pieces[token]
+  _, hidden, embeds = untrained.teacher_forced(jnp.asarray(out.tokens),
+                                               jnp.asarray(out.attention_mask),
+                                               jnp.asarray(images))
+  window = np.asarray(hidden[:, start:start + 12], np.float64)
+  np.testing.assert_allclose(out.latents[fallback], window[fallback], rtol=1e-4,
+                             atol=1e-4 * np.abs(window).max())
+  rows = untrained.image_embeddings(embeds, jnp.asarray(out.tokens), 3)
+  predicted = np.asarray(untrained.project(jnp.asarray(window, jnp.float32), rows), np.float64)
+  target = np.asarray(test.examples.features[index], np.float64)
+  unit = lambda x: x / np.linalg.norm(x, axis=-1, keepdims=True)
+  similarity = (np.mean(np.sum(unit(predicted) * unit(target), -1), axis=(1, 2)) + 1) / 2
+  np.testing.assert_allclose(out.reward_components["latent_sim"][fallback],
+                             similarity[fallback], rtol=1e-4)
+
+
+def test_latent_block_and_fallback_window_rules():
+  """A block needs a start token (generated, or ending the prompt) and the first end token
+  after the first start; the fallback window must fit inside the completion (else the
+  reference's projector fails on the short input and scores 0)."""
+  start, pad, end = 7, 8, 9
+  tokens = jnp.asarray([[1, start, pad, end, 2, 3], [end, start, pad, end, 2, 3],
+                        [1, 2, start, pad, pad, 3], [1, end, 2, 3, 4, 5],
+                        [1, start, pad, end, 2, 3]])
+  lengths = jnp.asarray([6, 6, 6, 6, 3])
+  primed = jnp.asarray([False, False, False, True, False])
+  block = rollout3d.has_latent_block(tokens, lengths, primed, (start, pad, end))
+  np.testing.assert_array_equal(block, [True, False, False, True, False])
+  last = jnp.full((2, 4), 5.0)
+  first = jnp.arange(2 * 3 * 4, dtype=jnp.float32).reshape(2, 3, 4)
+  window, fits = rollout3d.fallback_latents(last, first, jnp.asarray([2, 1]), "after_header")
+  np.testing.assert_array_equal(window[:, 0], last)
+  np.testing.assert_array_equal(window[:, 1:], first[:, :2])
+  np.testing.assert_array_equal(fits, [True, False])
+  window, fits = rollout3d.fallback_latents(last, first, jnp.asarray([3, 2]), "generated")
+  np.testing.assert_array_equal(window, first)
+  np.testing.assert_array_equal(fits, [True, False])
+  assert not rollout3d.fallback_latents(last, first, jnp.asarray([3, 3]), "none")[1].any()
+  with pytest.raises(ValueError, match="latent_fallback: expected one of"):
+    rollout3d.Thinker3DRolloutConfig((1, 2, 3), (4,), latent_fallback="zero")
+
+
+def test_stage2_settings_follow_the_public_trainer():
+  """The public stage-2 trainer: GenerationConfig(temperature=1) (its config's 0.9 is never
+  read), LoRA on every nn.Linear outside the vision tower including lm_head, transformers'
+  default linear schedule to 0; stage 1 keeps the Trainer's decay rule."""
+  from jaxspatial.models.lora import linear_names
+  from jaxspatial.models.qwen2_5_vl import Qwen25VLConfig, TextModel
+  assert rollout3d.Thinker3DRolloutConfig((1, 2, 3), (4,)).temperature == 1.0
+  text = TextModel(Qwen25VLConfig.tiny(64).text, rngs=nnx.Rngs(0))
+  for variant in ("reference", "cpu"):
+    c = thinker3d_stage2.get_config(variant)
+    assert c.rollout.temperature == 1.0
+    assert set(c.optimizer.lora_targets) == set(linear_names(text)) | {"lm_head"}
+    assert (c.optimizer.decay, c.optimizer.final_fraction) == ("linear", 0.0)
+    assert c.reward.latent_fallback == "after_header"
+    stage1 = thinker3d_stage1.get_config(variant).optimizer
+    assert (stage1.decay, stage1.final_fraction, stage1.weight_decay_mask) == (
+        "linear", 0.0, "transformers")
 
 
 def test_the_latent_loop_is_one_program_without_host_round_trips(stage1):

@@ -3,15 +3,20 @@
 Think3D    w_acc * [letter == truth] + w_fmt * [the last turn has <answer>...</answer>]
            (public code: 1.0 and 1.0; the paper calls the format term a small bonus)
 Act3D      0.3 R_judge + 0.2 R_EM + 0.05 R_judge c(tau) - 0.2 R_fmt  (eqs. 8, 9)
-           c = N_max (12) when grounded, else min(n_int, N_max); R_fmt = 1 when malformed.
-           The judge is `text.rule_judge` (normalised EM or token F1 >= 0.5), a stand-in
-           until the LLM-judge callback exists.
+           c = N_max (12) when grounded, else min(n_int, N_max); R_fmt = 1 for a missing or
+           empty answer (`format_rule="grammar"`: also for any grammar slip); R_EM against
+           any reference answer. The judge is `text.rule_judge` (normalised EM or token
+           F1 >= 0.5) unless a host judge is given to the rollout.
 3DThinker  format + [letter == truth] + (cos + 1) / 2, cos per token over channels
            averaged (or, `token_axis_quirk=True`, the reference code's cosine along the
-           token axis), between the projected latents and the VGGT target.
-PERIA      R_rep + R_format + R_correct; MapTrace's NDTW d -> reward with the paper's
-           mapping clip((0.8 - d) / 0.5, 0, 1) or the code's (1 if d <= 0.5, 1.5 - d up
-           to 1, 0 after).
+           token axis), between the projected latents and the VGGT target. The letter is
+           the public reward's: found anywhere in the stripped answer by a priority of
+           patterns (the last "X.", then "answer is X" forms, a lone X, ...;
+           `text.thinker3d_option`), not Think3D's leading letter.
+PERIA      R_rep + R_format + R_correct; R_rep counts consecutive repeats of characters,
+           words and phrases, and repeated sentences (`text.peria_repetition`); MapTrace's
+           NDTW d -> reward with the paper's mapping clip((0.8 - d) / 0.5, 0, 1) or the
+           code's (1 if d <= 0.5, 1.5 - d up to 1, 0 after).
 """
 
 from __future__ import annotations
@@ -54,6 +59,12 @@ class Act3DRewardConfig:
   interaction_weight: float = 0.05
   format_weight: float = 0.2
   max_interactions: int = 12
+  # "paper": R_fmt = 1 for a missing or empty answer, and a non-empty answer is scored even
+  # when its turn slipped from the grammar; "grammar": only a well-formed answer counts.
+  format_rule: str = "paper"
+  # R_gnd: the paper's "the annotated answer object is visible in some rendered view" (the
+  # initial render included); "all": every annotated answer object, "any": one of them.
+  grounding: str = "all"
 
 
 def act3d_reward(judge: Array, exact_match: Array, malformed: Array, num_interactions: Array,
@@ -66,16 +77,29 @@ def act3d_reward(judge: Array, exact_match: Array, malformed: Array, num_interac
           + config.interaction_weight * judge * credit - config.format_weight * malformed)
 
 
-def act3d_flags_text(final_turn: str, references) -> tuple[bool, bool, bool]:
-  """(judge, exact match, malformed) of an episode's final turn, on strings."""
-  answer = text.answer_text(final_turn)
-  malformed = answer is None or not answer.strip()
-  return (text.rule_judge(answer, references), text.exact_match(answer, references), malformed)
+def act3d_flags_text(final_turn: str, references, well_formed: bool = True,
+                     format_rule: str = "paper") -> tuple[bool, bool, bool]:
+  """(judge, exact match, malformed) of an episode's final turn, on strings. `well_formed`:
+  the turn matched the grammar (only read by `format_rule="grammar"`)."""
+  think_end = final_turn.find("</think>")
+  answer = text.answer_text(final_turn[think_end + len("</think>"):] if think_end >= 0
+                            else final_turn)
+  present = answer is not None and bool(answer.strip(" \t\n\r\x0b\x0c"))  # ASCII, as on device
+  if format_rule == "grammar":
+    present = present and well_formed
+  elif format_rule != "paper":
+    raise ValueError(f"act3d_flags_text: format_rule must be 'paper' or 'grammar', got "
+                     f"{format_rule!r}")
+  prediction = answer if present else None
+  return (text.rule_judge(prediction, references), text.exact_match(prediction, references),
+          not present)
 
 
 def act3d_reward_text(final_turn: str, references, num_interactions: int, grounded: bool,
-                      config: Act3DRewardConfig = Act3DRewardConfig()) -> float:
-  judge, em, malformed = act3d_flags_text(final_turn, references)
+                      config: Act3DRewardConfig = Act3DRewardConfig(),
+                      well_formed: bool = True) -> float:
+  judge, em, malformed = act3d_flags_text(final_turn, references, well_formed,
+                                          config.format_rule)
   credit = config.max_interactions if grounded else min(num_interactions,
                                                         config.max_interactions)
   return (config.judge_weight * judge + config.exact_match_weight * em
@@ -109,11 +133,17 @@ def thinker3d_reward(format_ok: Array, completion_bytes_L: Array, answer_choice:
                      token_axis_quirk: bool = False) -> Array:
   """format + option correctness + latent similarity (the reference's unweighted sum).
   `format_ok` comes from the rollout's grammar automaton (the latent block then think
-  then answer)."""
-  _, letter = device_text.answer_letter(completion_bytes_L)
+  then answer); the letter is 3DThinker's (`device_text.thinker3d_answer_letter`)."""
+  letter = device_text.thinker3d_answer_letter(completion_bytes_L)
   correct = (letter >= 0) & (letter == answer_choice)
   return (format_ok.astype(jnp.float32) + correct
           + latent_similarity(predicted_NxTxC, target_NxTxC, token_axis_quirk))
+
+
+def thinker3d_letter_text(completion: str) -> int:
+  """-1..4: the option index 3DThinker's reward reads from the first answer, on strings."""
+  letter = text.thinker3d_option(text.thinker3d_answer(completion))
+  return -1 if letter is None else "ABCDE".index(letter)
 
 
 def maptrace_reward(ndtw_distance: Array, mapping: str = "paper") -> Array:
@@ -164,7 +194,8 @@ def peria_reward_text(model_text: str, num_turns: int, correct: float) -> float:
 
 
 def parse_letter_text(completion: str) -> int:
-  """-1..4: the option index of the first answer, for tests and evaluation."""
+  """-1..4: the option index of the first answer by Think3D's leading-letter rule, for
+  tests and evaluation."""
   letter = text.option_letter(text.answer_text(completion))
   return -1 if letter is None else "ABCDE".index(letter)
 

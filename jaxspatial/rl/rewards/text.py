@@ -1,12 +1,16 @@
-"""Reward rules on strings (host): answer extraction, option letters, normalisation,
+"""Reward rules on strings (host): answer extraction, option letters (Think3D's leading
+letter; 3DThinker's letter found anywhere by a priority of patterns), normalisation,
 format checks and PERIA's repetition penalty. Evaluation and tests use these; the
 on-device versions in `device_text.py` must agree with them."""
 
 from __future__ import annotations
 
 import collections
+import itertools
 import re
 import string
+
+import numpy as np
 
 ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 # An option letter: optional "(", a letter A-E, then ")", ".", ":", whitespace or the end.
@@ -27,6 +31,60 @@ def option_letter(answer: str | None) -> str | None:
     return None
   match = LETTER.match(answer)
   return match.group(1) if match else None
+
+
+def thinker3d_answer(text: str) -> str:
+  """3DThinker's answer text: the first <answer>...</answer>'s content, stripped ("" when
+  there is none)."""
+  answer = answer_text(text)
+  return "" if answer is None else answer.strip()
+
+
+# 3DThinker's option letter, the public reward's patterns in priority order, each giving
+# its last match. Patterns of the public list that need a letter followed by "." are left
+# out after the first: the first would have matched.
+_LETTER_DOT = re.compile(r"([A-E])\.")
+_ANSWER_SECTION = re.compile(r"<Answer>(.*?)(?:<|$)", re.DOTALL)
+_LONE_LETTER = re.compile(r"\b([A-E])\b")
+_SECTION_PATTERNS = (re.compile(r"[Mm]y answer is ([A-E])"),
+                     re.compile(r"[Tt]he answer is ([A-E])"), _LONE_LETTER)
+_TEXT_PATTERNS = (re.compile(r"(?:^|\n)(?:Answer: )?([A-E])(?:\.|$|\s)"),
+                  re.compile(r"[*\"]([A-E])[*\"]"),
+                  re.compile(r"\bAnswer:?\s*([A-E])\b"),
+                  re.compile(r"[Mm]y answer is ([A-E])"),
+                  re.compile(r"answer is ([A-E])"))
+
+
+def _last_letter(pattern: re.Pattern, text: str) -> str | None:
+  last = None
+  for match in pattern.finditer(text):
+    last = match.group(1)
+  return last
+
+
+def thinker3d_option(answer: str) -> str | None:
+  """The option letter 3DThinker's reward reads from an answer's text, or None: the last
+  "X." anywhere; else, inside a "<Answer>" section (up to the next "<"), the last "my
+  answer is X", "the answer is X" or lone X; else the last X alone at a line start
+  (optionally after "Answer: ") followed by whitespace or the end, X between "*" / '"',
+  "Answer" [":"] [whitespace] X, "my answer is X", "answer is X"; else the first lone X of
+  the last line holding one. X is A-E (upper case); "lone" is between word boundaries."""
+  if not answer:
+    return None
+  letter = _last_letter(_LETTER_DOT, answer)
+  if letter:
+    return letter
+  section = _ANSWER_SECTION.search(answer)
+  patterns = ((section.group(1), p) for p in _SECTION_PATTERNS) if section else ()
+  for where, pattern in (*patterns, *((answer, p) for p in _TEXT_PATTERNS)):
+    letter = _last_letter(pattern, where)
+    if letter:
+      return letter
+  for line in reversed(answer.split("\n")):
+    match = _LONE_LETTER.search(line)
+    if match:
+      return match.group(1)
+  return None
 
 
 def normalize_answer(text: str) -> str:
@@ -79,24 +137,119 @@ def peria_format(text: str) -> int:
 
 
 def peria_repetition(model_text: str, num_turns: int) -> float:
-  """PERIA's R_rep on model text, the first matching tier (most severe first)."""
-  if re.search(r"(.)\1{49,}", model_text):
+  """PERIA's R_rep on model text: the public reward manager's tiers, most severe first.
+
+  Text shorter than 20 characters scores 0. Characters, words and phrases count only as
+  *consecutive* repeats (words are runs of regex \\w; consecutive copies are separated by
+  whitespace alone, so "no, no, no" is no run): one character other than a newline 50+
+  times in a row -3; a word 20+ times in a row -3; a phrase of 4+ words 10+ times in a
+  row -2 (its inner whitespace repeated exactly; the last copy's last word may be a
+  prefix, as the public regex reads it); a sentence (split at . ! ? and newlines, longer
+  than 10 characters once stripped) 10+ times anywhere -1.5 * 2 / n, 7+ times -1.0 * 2 / n,
+  n = max(num_turns, 2); a word 10+ times in a row -1.5; else 0. Linear in the text for
+  words and characters, quadratic only in the longest whitespace-separated run of words
+  for phrases (the public back-reference regex is quadratic in the whole text)."""
+  if len(model_text) < 20:
+    return 0.0
+  turns = max(num_turns, 2)
+  if _longest_character_run(model_text) >= 50:
     return -3.0
-  words = re.findall(r"\w+", model_text.lower())
-  counts = collections.Counter(words)
-  if counts and max(counts.values()) >= 20:
+  segments = _word_segments(model_text)
+  longest_word_run = max((_longest_run(words) for words, _ in segments), default=0)
+  if longest_word_run >= 20:
     return -3.0
-  phrases = collections.Counter(tuple(words[i:i + 4]) for i in range(len(words) - 3))
-  if phrases and max(phrases.values()) >= 10:
+  if any(_has_phrase_run(words, gaps, min_words=4, copies=10) for words, gaps in segments):
     return -2.0
-  sentences = collections.Counter(s.strip() for s in re.split(r"[.!?\n]+", model_text)
-                                  if s.strip())
-  most = max(sentences.values()) if sentences else 0
-  scale = 2.0 / max(num_turns, 1)
+  most = _most_repeated_sentence(model_text)
   if most >= 10:
-    return -1.5 * scale
+    return -1.5 * 2 / turns
   if most >= 7:
-    return -1.0 * scale
-  if counts and max(counts.values()) >= 10:
+    return -1.0 * 2 / turns
+  if longest_word_run >= 10:
     return -1.5
   return 0.0
+
+
+def _longest_character_run(text: str) -> int:
+  """The longest run of one repeated character, newlines excluded (regex `.`)."""
+  return max((len(list(run)) for char, run in itertools.groupby(text) if char != "\n"),
+             default=0)
+
+
+_WORD = re.compile(r"\w+")
+_WHITESPACE = re.compile(r"\s+")
+
+
+def _word_segments(text: str) -> list[tuple[list[str], list[str]]]:
+  """Maximal runs of words separated by whitespace only: (words, the whitespace between
+  consecutive words) per run."""
+  segments, words, gaps, previous_end = [], [], [], None
+  for match in _WORD.finditer(text):
+    if words and _WHITESPACE.fullmatch(text, previous_end, match.start()) is None:
+      segments.append((words, gaps))
+      words, gaps = [], []
+    if words:
+      gaps.append(text[previous_end:match.start()])
+    words.append(match.group())
+    previous_end = match.end()
+  if words:
+    segments.append((words, gaps))
+  return segments
+
+
+def _longest_run(words: list[str]) -> int:
+  return max((len(list(run)) for _, run in itertools.groupby(words)), default=0)
+
+
+def _ids(items: list[str]) -> np.ndarray:
+  table: dict[str, int] = {}
+  return np.asarray([table.setdefault(item, len(table)) for item in items], np.int64)
+
+
+def _has_phrase_run(words: list[str], gaps: list[str], min_words: int, copies: int) -> bool:
+  """Whether some phrase of k >= min_words words occurs `copies` times in a row: word p
+  equals word p - k over the copies after the first (the very last word may extend the
+  phrase's last word), and every gap inside a copy equals the first copy's (the gaps
+  between copies are any whitespace)."""
+  word_ids, gap_ids = _ids(words), _ids(gaps)
+  count = len(words)
+  for k in range(min_words, count // copies + 1):
+    span = copies * k
+    same = word_ids[k:] == word_ids[:-k]
+    if np.count_nonzero(same) < span - 1 - k:
+      continue
+    starts = np.arange(count - span + 1)
+    # Words p in [i + k, i + span - 1) must equal word p - k: window [i, i + span - 1 - k).
+    word_bad = np.concatenate([[0], np.cumsum(~same)])
+    words_ok = word_bad[starts + span - 1 - k] == word_bad[starts]
+    if not words_ok.any():
+      continue
+    # Gaps q in the same window (index q - k), minus those between copies, which may
+    # differ: q - k = i + c k - 1 for c = 1 .. copies - 2 (a stride-k sum).
+    gap_bad = (gap_ids[k:] != gap_ids[:-k]).astype(np.int64)
+    in_window = np.concatenate([[0], np.cumsum(gap_bad)])
+    strided = _strided_cumsum(gap_bad, k)
+    between = _at(strided, starts + (copies - 2) * k - 1) - _at(strided, starts - 1)
+    gaps_ok = (in_window[starts + span - 1 - k] - in_window[starts]) - between == 0
+    for i in starts[words_ok & gaps_ok]:
+      if words[i + span - 1].startswith(words[i + k - 1]):
+        return True
+  return False
+
+
+def _strided_cumsum(values: np.ndarray, stride: int) -> np.ndarray:
+  """out[j] = values[j] + values[j - stride] + ..."""
+  padded = np.zeros(-(-len(values) // stride) * stride, values.dtype)
+  padded[:len(values)] = values
+  return np.cumsum(padded.reshape(-1, stride), axis=0).reshape(-1)[:len(values)]
+
+
+def _at(values: np.ndarray, index: np.ndarray) -> np.ndarray:
+  """values[index], 0 where index < 0."""
+  return np.where(index >= 0, values[np.maximum(index, 0)], 0)
+
+
+def _most_repeated_sentence(text: str) -> int:
+  sentences = (s.strip() for s in re.split(r"[.!?\n]+", text))
+  counts = collections.Counter(s for s in sentences if len(s) > 10)
+  return max(counts.values(), default=0)
