@@ -123,3 +123,21 @@ def test_text_round_trip_and_overflow():
   assert decode_text(ids) == "Was ist links vom Würfel?" and (ids[-5:] == -1).all()
   with pytest.raises(ValueError, match="30 bytes, more than the padded length 8"):
     encode_text("x" * 30, 8)
+
+
+def test_questions_carry_every_annotated_answer():
+  """Act3D's R_EM matches any annotated answer (ScanQA lists several): a record's
+  `answers` become the task's reference rows; too many or too long ones are refused."""
+  from data_pipelines import loader
+  question = {"question": "What is on the desk?", "answer_text": "a lamp",
+              "answers": ["a lamp", "desk lamp", "white lamp on the left side of the desk"]}
+  rows = loader.answer_rows(question, 7)
+  assert rows.shape == (loader.MAX_ANSWERS, loader.MAX_ANSWER_BYTES)
+  decoded = [loader.decode_text(r) for r in rows if r[0] >= 0]
+  assert decoded == question["answers"]
+  assert [loader.decode_text(r) for r in loader.answer_rows({"answer_text": "two"}, 7)
+          if r[0] >= 0] == ["two"]
+  with pytest.raises(ValueError, match="scene 7: .* 5 reference answers, more than"):
+    loader.answer_rows({"question": "q", "answers": ["a"] * 5}, 7)
+  with pytest.raises(ValueError, match="more than the padded length 128"):
+    loader.answer_rows({"question": "q", "answers": ["x" * 129]}, 7)

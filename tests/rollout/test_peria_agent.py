@@ -87,6 +87,12 @@ def test_scripted_peria_episode_equals_the_environment_by_hand(policy):
   assert all((np.asarray(a) != np.asarray(b)).any() for a, b in zip(images[1:], images[2:]))
   assert not traj.env_invalid[0].any() and traj.env_invalid[1, 0] and traj.env_invalid[2, 3]
   assert traj.observation_numbers[1, 1, 0] == -1
+  # The loop shows each episode the message of what happened: a new image, the error the
+  # environment found (here an index not yet in the list), the format error.
+  assert traj.observation_variant[0, :3].tolist() == [peria_agent.SUCCESS_VARIANT] * 3
+  assert traj.observation_variant[1, :2].tolist() == [peria_agent.INDEX_VARIANT,
+                                                      peria_agent.FORMAT_ERROR_VARIANT]
+  assert not traj.image_given[1, 1:3].any() and traj.image_given[0, 1:4].all()
   # format + correct: +1 +1 (letter B); +1 +1 (the phrase, after a rejected call and an
   # unparseable turn); 0 + 0 (truncated); +1 + 0.
   np.testing.assert_allclose(traj.reward, [2.0, 2.0, 0.0, 1.0])
