@@ -35,9 +35,9 @@ from jaxspatial.envs import act3d, peria, think3d
 from jaxspatial.models import sharding
 from jaxspatial.models.qwen2_5_vl.model import Qwen25VL
 from jaxspatial.rl.objectives import PolicyLossConfig
-from jaxspatial.rl.rewards import text as reward_text
 from jaxspatial.rl.rewards.papers import Act3DRewardConfig, Think3DRewardConfig
-from jaxspatial.rollout import agents, automaton as am, episode, observation, prompts, tiny
+from jaxspatial.rollout import (agents, automaton as am, episode, observation, peria_agent,
+                                prompts, tiny)
 from jaxspatial.rollout.viewer import trajectory_html
 from jaxspatial.train import (AdvantageConfig, Checkpointer, MetricWriter, OptimizerConfig,
                               PreemptionGuard, ReferencePolicy, StepConfig, TrainBatch,
@@ -188,15 +188,13 @@ def local(array) -> np.ndarray:
 
 
 def episode_rewards(job: RecipeJob, traj) -> jax.Array:
-  """The agent's reward; PERIA's repetition term needs the text and is added here."""
+  """The agent's reward; PERIA's comes from the model text (R_rep and R_format need it)."""
   if job.config.agent.name != "peria":
     return traj.reward
-  tokens, loss = local(traj.tokens), local(traj.loss_mask)
-  turns = local(traj.turn_active).sum(-1)
-  repetition = np.asarray([reward_text.peria_repetition(
-      job.tokenizer.decode(tokens[b][loss[b]]), max(int(turns[b]), 1))
-      for b in range(len(tokens))], np.float32)
-  return traj.reward + global_batch(repetition, job.mesh)
+  rewards = peria_agent.text_rewards(local(traj.tokens), local(traj.loss_mask),
+                                     local(traj.turn_active).sum(-1),
+                                     local(traj.reward_components["correct"]), job.tokenizer)
+  return global_batch(rewards, job.mesh)
 
 
 def _stack(items):

@@ -19,10 +19,11 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxspatial.envs import peria
 from jaxspatial.rl.rewards import device_text
-from jaxspatial.rl.rewards.papers import peria_reward
+from jaxspatial.rl.rewards.papers import peria_reward, peria_reward_text
 from jaxspatial.rollout import grammars
 from jaxspatial.rollout.automaton import Grammar
 
@@ -133,3 +134,15 @@ class PeriaAgent:
     return reward, {"correct": correct.astype(jnp.float32),
                     "format": reward - correct,
                     "interactions": state.calls.astype(jnp.float32)}
+
+
+def text_rewards(tokens_BxS, loss_mask_BxS, turns_B, correct_B, tokenizer) -> np.ndarray:
+  """PERIA's reward from each episode's model text (its generated tokens, user turns
+  left out), as the public reward manager computes it: R_rep + R_format (its text rules:
+  a `</think>` before every `<action>`, ...) + R_correct (from the rollout). The device's
+  R_format reads the grammar and agrees unless a malformed turn was retried
+  (`continue_on_format_error`): then only the text tells whether it lacked `</think>`."""
+  tokens, loss = np.asarray(tokens_BxS), np.asarray(loss_mask_BxS, bool)
+  return np.asarray([peria_reward_text(tokenizer.decode(tokens[b][loss[b]]),
+                                       max(int(turns_B[b]), 1), float(correct_B[b]))
+                     for b in range(tokens.shape[0])], np.float32)

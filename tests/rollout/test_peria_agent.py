@@ -176,3 +176,23 @@ def test_boxed_coordinates_parse_as_the_host_regex_does(policy, coordinates):
     for k, (x, y) in enumerate(host["points"]):
       assert (field(row, f"x{k}"), field(row, f"y{k}")) == (x, y), text
   assert calls > 40  # many exceed PARAMS (4 images, 4 points): rejected alike
+
+
+def test_text_rewards_follow_the_public_format_rules(policy):
+  """R_rep + R_format + R_correct from the model text (the public reward manager's rules):
+  a retried turn that called a tool without `</think>` breaks the format (-1), which the
+  grammar-based device R_format cannot see; a clean episode scores +1."""
+  tok, _ = policy
+  texts = ['<think>a</think><action>{"name": "image_crop"}</action>'
+           '<think>b</think><answer>B</answer>',
+           '<action>{"name": "image_crop"}</action><think>b</think><answer>B</answer>',
+           '<think>a</think><action>{"name": "image_crop"}</action>']
+  ids = [tok.encode(t, add_special_tokens=False) for t in texts]
+  tokens = np.zeros((3, max(map(len, ids))), np.int32)
+  loss = np.zeros(tokens.shape, bool)
+  for row, i in enumerate(ids):
+    tokens[row, :len(i)], loss[row, :len(i)] = i, True
+  rewards = peria_agent.text_rewards(tokens, loss, np.asarray([2, 2, 1]),
+                                     np.asarray([1.0, 1.0, 0.0]), tok)
+  # +1 format +1 correct; -1 (an action with no </think> before it) +1; 0 (truncated) + 0.
+  np.testing.assert_allclose(rewards, [2.0, 0.0, 0.0])
