@@ -41,7 +41,7 @@ demo: $(RUNTIME_STAMP) system-deps
 	$(PY) -m launch.train --config configs/demo.py --config.workdir=outputs/demo
 
 # 3DThinker on the synthetic three-view task: stage 1 (SFT + latent alignment), then stage 2
-# (GRPO with the latent-similarity reward). 3m44s on a 2-core CPU.
+# (GRPO with the latent-similarity reward). 3m05s on a 2-core CPU.
 thinker3d: $(RUNTIME_STAMP) system-deps
 	$(PY) -m launch.train --config configs/thinker3d_stage1.py:cpu
 	$(PY) -m launch.train --config configs/thinker3d_stage2.py:cpu
@@ -55,7 +55,7 @@ recipes: $(RUNTIME_STAMP) system-deps
 	$(PY) -m launch.train --config configs/peria_or_gigpo.py:cpu
 
 # Two pytest workers (pytest-xdist), whole files per worker: module fixtures stay shared.
-# On 2 CPU cores the suite takes about 18 minutes (25 in one process).
+# On 2 CPU cores the suite takes about 15 minutes.
 TEST_WORKERS ?= 2
 test: $(DEV_STAMP) system-deps
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile tests

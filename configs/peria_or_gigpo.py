@@ -26,7 +26,7 @@ the public script.
 
 `cpu`: tiny random policy, synthetic_spatial/tiny, 100 SFT steps on the scripted teacher
 (a centre crop, then the letter), 10 OR-GIGPO steps of 4 prompts x 4; the three CPU recipes take
-12m49s together on a 2-core CPU (`make recipes`).
+11m40s together on a 2-core CPU (`make recipes`).
 """
 
 from configs.agent_recipe import base, shrink_for_cpu
@@ -47,4 +47,5 @@ def get_config(variant: str = "reference"):
   shrink_for_cpu(c)
   if variant == "cpu":
     c.grpo.prompts = 4
+    c.data.prompt_tokens = 600  # the system message describes six tools: ~450 tiny tokens
   return c

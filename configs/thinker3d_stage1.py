@@ -2,7 +2,7 @@ r"""3DThinker stage 1: SFT with the latent-alignment loss (0.1 CE + 0.0005 align
 
     python -m launch.train --config configs/thinker3d_stage1.py:cpu [--config.key=value]
 
-Cost (`cpu`): 3m44s with stage 2 on a 2-core CPU (`make thinker3d`): a 0.61M-parameter Qwen2.5-VL-shaped policy
+Cost (`cpu`): 3m05s with stage 2 on a 2-core CPU (`make thinker3d`): a 0.61M-parameter Qwen2.5-VL-shaped policy
 (2 layers, width 128) and a 3-layer projector, on the synthetic three-view task
 (data_pipelines/synthetic/thinker3d.py; 56x56 views of 4 vision tokens, stand-in geometry
 features of 5 + 4x4 tokens x 32 channels), 300 steps of batch 16. It writes the held-out

@@ -2,7 +2,7 @@ r"""3DThinker stage 2: GRPO with format + answer + latent-similarity rewards.
 
     python -m launch.train --config configs/thinker3d_stage2.py:cpu [--config.key=value]
 
-Cost (`cpu`): 3m44s with stage 1 on a 2-core CPU (`make thinker3d`); it starts from the
+Cost (`cpu`): 3m05s with stage 1 on a 2-core CPU (`make thinker3d`); it starts from the
 stage-1 checkpoint `init_from` names (configs/thinker3d_stage1.py:cpu): LoRA r 8 on the
 tiny policy's linear layers and LM head, 4 prompts x 8 generations per step, 40 steps;
 rewards inside the compiled rollout.
