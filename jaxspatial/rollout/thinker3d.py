@@ -7,7 +7,8 @@
   rewards, on device (the reference's unweighted sum):
     format          the completion walks the 3DThinker grammar automaton to acceptance
                     (latent block, <think>, <answer>); the reference's regex does not
-                    check the pad count, the grammar does
+                    check the pad count nor the answer body, the grammar does (12 pads,
+                    a non-empty, tag-free answer: stricter than the reference)
     correct         the option letter the reference reads from the answer (the last
                     "X.", else "answer is X", a lone X, ... in its priority:
                     `device_text.thinker3d_option`) equals the task's
