@@ -20,30 +20,43 @@ from flax import nnx
 Array = jax.Array
 
 
+def _init_adapter(module, in_features: int, out_features: int, dtype, axes, rank: int,
+                  alpha: float, dropout: float, rngs: nnx.Rngs) -> None:
+  """A [in, rank] and B [rank, out] (B zero: a fresh adapter changes nothing), sharded by
+  the base's (input, output) logical axes under a mesh, so the adapters are placed as the
+  jitted steps will return them."""
+  if rank <= 0:
+    raise ValueError(f"LoRA rank must be positive, got {rank}")
+  a_meta = {"out_sharding": (axes[0], None)} if axes else {}
+  b_meta = {"out_sharding": (None, axes[1])} if axes else {}
+  module.lora_a = nnx.LoRAParam(nnx.initializers.he_uniform()(rngs.params(),
+                                                              (in_features, rank), dtype),
+                                **a_meta)
+  module.lora_b = nnx.LoRAParam(jnp.zeros((rank, out_features), dtype), **b_meta)
+  module.scale = alpha / rank
+  module.dropout = nnx.Dropout(dropout, rngs=rngs) if dropout > 0 else None
+
+
+def _mesh_axes(param) -> tuple | None:
+  return (None if jax.sharding.get_abstract_mesh().empty
+          else param.get_metadata().get("out_sharding"))
+
+
+def _low_rank(module, x: Array) -> Array:
+  update = x if module.dropout is None else module.dropout(x)
+  return (update @ module.lora_a[...] @ module.lora_b[...]) * module.scale
+
+
 class LoRALinear(nnx.Module):
   def __init__(self, base: nnx.Linear, rank: int, alpha: float, dropout: float = 0.0, *,
                rngs: nnx.Rngs):
-    if rank <= 0:
-      raise ValueError(f"LoRA rank must be positive, got {rank}")
     self.base = base
     in_features, out_features = base.kernel[...].shape
-    dtype = base.kernel[...].dtype
-    # Sharded like the base kernel (A by its input axis, B by its output axis), so that
-    # under a mesh the adapters are placed as the jitted steps will return them.
-    axes = (None if jax.sharding.get_abstract_mesh().empty
-            else base.kernel.get_metadata().get("out_sharding"))
-    a_meta = {"out_sharding": (axes[0], None)} if axes else {}
-    b_meta = {"out_sharding": (None, axes[1])} if axes else {}
-    self.lora_a = nnx.LoRAParam(nnx.initializers.he_uniform()(rngs.params(),
-                                                              (in_features, rank), dtype),
-                                **a_meta)
-    self.lora_b = nnx.LoRAParam(jnp.zeros((rank, out_features), dtype), **b_meta)
-    self.scale = alpha / rank
-    self.dropout = nnx.Dropout(dropout, rngs=rngs) if dropout > 0 else None
+    _init_adapter(self, in_features, out_features, base.kernel[...].dtype,
+                  _mesh_axes(base.kernel), rank, alpha, dropout, rngs)
 
   def __call__(self, x: Array) -> Array:
-    update = x if self.dropout is None else self.dropout(x)
-    return self.base(x) + (update @ self.lora_a[...] @ self.lora_b[...]) * self.scale
+    return self.base(x) + _low_rank(self, x)
 
   def merged(self) -> nnx.Linear:
     kernel = self.base.kernel[...]
@@ -58,24 +71,14 @@ class LoRATiedHead(nnx.Module):
 
   def __init__(self, embed: nnx.Embed, rank: int, alpha: float, dropout: float = 0.0, *,
                rngs: nnx.Rngs):
-    if rank <= 0:
-      raise ValueError(f"LoRA rank must be positive, got {rank}")
     self.embed = embed
     vocab, width = embed.embedding[...].shape
-    dtype = embed.embedding[...].dtype
-    axes = (None if jax.sharding.get_abstract_mesh().empty
-            else embed.embedding.get_metadata().get("out_sharding"))  # (vocab, embed)
-    a_meta = {"out_sharding": (axes[1], None)} if axes else {}
-    b_meta = {"out_sharding": (None, axes[0])} if axes else {}
-    self.lora_a = nnx.LoRAParam(nnx.initializers.he_uniform()(rngs.params(), (width, rank),
-                                                              dtype), **a_meta)
-    self.lora_b = nnx.LoRAParam(jnp.zeros((rank, vocab), dtype), **b_meta)
-    self.scale = alpha / rank
-    self.dropout = nnx.Dropout(dropout, rngs=rngs) if dropout > 0 else None
+    axes = _mesh_axes(embed.embedding)  # (vocab, embed): the head maps embed -> vocab
+    _init_adapter(self, width, vocab, embed.embedding[...].dtype,
+                  axes[::-1] if axes else None, rank, alpha, dropout, rngs)
 
   def __call__(self, x: Array) -> Array:
-    update = x if self.dropout is None else self.dropout(x)
-    return self.embed.attend(x) + (update @ self.lora_a[...] @ self.lora_b[...]) * self.scale
+    return self.embed.attend(x) + _low_rank(self, x)
 
 
 def _children(module):

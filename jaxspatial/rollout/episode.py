@@ -173,12 +173,17 @@ def image_tokens(model, image_size) -> int:
   return t * h * w // model.config.vision.spatial_merge_size ** 2
 
 
+def _turn_bytes(automaton: TokenAutomaton, tokens_T: Array, count: Array) -> Array:
+  """The turn's text as byte ids, compacted to the front (-1 after)."""
+  used = jnp.arange(tokens_T.shape[0]) < count
+  data = jnp.where(used[:, None], automaton.token_bytes[tokens_T], -1).reshape(-1)
+  return device_text.span(data, 0, data.shape[0])
+
+
 def _answer_bytes(automaton: TokenAutomaton, tokens_T: Array, count: Array) -> Array:
   """The content of the turn's first <answer>...</answer> after its thinking (ANSWER_BYTES,
   -1 padded)."""
-  used = jnp.arange(tokens_T.shape[0]) < count
-  data = jnp.where(used[:, None], automaton.token_bytes[tokens_T], -1).reshape(-1)
-  data = device_text.span(data, 0, data.shape[0])  # compact
+  data = _turn_bytes(automaton, tokens_T, count)
   # The answer follows the thinking: an "<answer>" written inside <think> is not it.
   think_end = device_text.find(data, device_text.encode("</think>"))
   data = device_text.span(data, jnp.where(think_end >= 0, think_end + len("</think>"), 0),
@@ -225,9 +230,7 @@ def _observation_variant(agent, invalid, format_error, next_is_final, env_state)
 def _turn_contains(automaton: TokenAutomaton, tokens_T: Array, count: Array,
                    pattern: bytes) -> Array:
   """Whether the turn's text holds `pattern` (e.g. the call's closing tag)."""
-  used = jnp.arange(tokens_T.shape[0]) < count
-  data = jnp.where(used[:, None], automaton.token_bytes[tokens_T], -1).reshape(-1)
-  return device_text.find(device_text.span(data, 0, data.shape[0]), tuple(pattern)) >= 0
+  return device_text.find(_turn_bytes(automaton, tokens_T, count), tuple(pattern)) >= 0
 
 
 def rollout(model, agent, automaton: TokenAutomaton, template: ObservationTemplate, tasks,
@@ -361,13 +364,11 @@ def rollout(model, agent, automaton: TokenAutomaton, template: ObservationTempla
         answer=jnp.where(finishing[:, None], answer_now, record["answer"]),
         malformed=record["malformed"] | ended_badly)
 
-    def message(numbers, variant):
-      return jax.vmap(lambda n, v: observation_tokens(template, n, v))(numbers, variant)
+    ids, mask = jax.vmap(lambda n, v: observation_tokens(template, n, v))(numbers, variant)
+    mask = mask & continuing[:, None]
 
     def observe(args):
       dstate, logits, buffers = args
-      ids, mask = message(numbers, variant)
-      mask = mask & continuing[:, None]
       pixels, grids, sequence_grids = _vision_inputs(model, image)
       slot = dstate.next_slot
       dstate, segment_logits = append(model, dstate, ids, mask, pixels, grids, sequence_grids)
@@ -380,7 +381,6 @@ def rollout(model, agent, automaton: TokenAutomaton, template: ObservationTempla
       # Nobody continues: no compute, but the message's tokens are still laid out (masked)
       # so that every trajectory holds the same image groups (static shapes for training).
       dstate, logits, buffers = args
-      ids, _ = message(numbers, variant)
       slot = dstate.next_slot
       tokens, attention, loss, logprobs = buffers
       written = jax.lax.dynamic_update_slice(tokens, ids, (0, slot))
@@ -394,8 +394,7 @@ def rollout(model, agent, automaton: TokenAutomaton, template: ObservationTempla
     dstate, logits, buffers = jax.lax.cond(jnp.any(continuing), observe, skip,
                                            (dstate, logits, buffers))
     if seen is not None:
-      ids, mask = message(numbers, variant)
-      seen = mark_seen(seen, ids, mask & continuing[:, None])
+      seen = mark_seen(seen, ids, mask)
     return turn + 1, continuing, dstate, logits, env_state, buffers, record, seen
 
   carry = (jnp.asarray(0, jnp.int32), jnp.ones(batch, bool), dstate, logits, env_state, buffers,
@@ -460,12 +459,18 @@ def forced_tokens(tokenizer, scripts, config: RolloutConfig) -> np.ndarray:
   return out
 
 
+@functools.lru_cache(maxsize=4)
+def _token_pieces(tokenizer) -> list[bytes]:
+  """Each token's bytes (walks the whole vocabulary: once per tokenizer, not per batch)."""
+  return token_bytes(tokenizer)[0]
+
+
 def check_replay(trajectory, forced_BxTxN, records, tokenizer) -> None:
   """Raises when a replayed episode (teacher SFT: every turn forced) did not play each of
   its forced turns whole: a turn the grammar rejects (the episode would end there and the
   rest of the trajectory be dropped), a turn never reached, or one that closed before its
   last token (text after the closing tag). `records[b]` names episode b's record."""
-  pieces, _ = token_bytes(tokenizer)
+  pieces = _token_pieces(tokenizer)
   forced = np.asarray(forced_BxTxN)
   active, valid = np.asarray(trajectory.turn_active), np.asarray(trajectory.turn_valid)
   length = np.asarray(trajectory.turn_length)
