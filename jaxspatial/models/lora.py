@@ -17,6 +17,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from jaxspatial.models.qwen2_5_vl.text import tied_logits
+
 Array = jax.Array
 
 
@@ -78,7 +80,7 @@ class LoRATiedHead(nnx.Module):
                   axes[::-1] if axes else None, rank, alpha, dropout, rngs)
 
   def __call__(self, x: Array) -> Array:
-    return self.embed.attend(x) + _low_rank(self, x)
+    return tied_logits(self.embed, x) + _low_rank(self, x).astype(jnp.float32)
 
 
 def _children(module):

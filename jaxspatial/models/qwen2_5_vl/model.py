@@ -16,16 +16,23 @@ Array = jax.Array
 
 
 class Qwen25VL(nnx.Module):
+  """`dtype`: the computation's; `param_dtype`: the parameters' (float32 master weights for
+  training); `attention`: see `jaxspatial.models.attention` ("auto": cuDNN flash attention
+  on GPU in bf16); `remat`: recompute each decoder layer and vision block in the backward
+  pass (activation memory of one layer instead of all)."""
+
   def __init__(self, config: Qwen25VLConfig, *, rngs: nnx.Rngs, dtype=jnp.float32,
-               param_dtype=jnp.float32):
+               param_dtype=jnp.float32, attention: str = "auto", remat: bool = False):
     self.config = config
-    self.visual = VisionModel(config.vision, rngs=rngs, dtype=dtype, param_dtype=param_dtype)
-    self.language_model = TextModel(config.text, rngs=rngs, dtype=dtype,
-                                    param_dtype=param_dtype)
+    kw = dict(rngs=rngs, dtype=dtype, param_dtype=param_dtype, attention=attention,
+              remat=remat)
+    self.visual = VisionModel(config.vision, **kw)
+    self.language_model = TextModel(config.text, **kw)
 
   @classmethod
   def from_pretrained(cls, folder, *, dtype=jnp.float32, param_dtype=jnp.float32,
-                      seed: int = 0) -> "Qwen25VL":
+                      seed: int = 0, attention: str = "auto",
+                      remat: bool = False) -> "Qwen25VL":
     """Builds from `config.json` and loads the safetensors, tensor by tensor.
 
     The model is first built abstractly (shapes only, no random initialisation), so host
@@ -34,7 +41,8 @@ class Qwen25VL(nnx.Module):
     """
     config = Qwen25VLConfig.from_hf(folder)
     model = nnx.eval_shape(lambda: cls(config, rngs=nnx.Rngs(seed), dtype=dtype,
-                                       param_dtype=param_dtype))
+                                       param_dtype=param_dtype, attention=attention,
+                                       remat=remat))
     load_text_weights(model.language_model, folder)
     load_vision_weights(model.visual, folder)
     return model

@@ -1,7 +1,10 @@
 """The Qwen2 text decoder of Qwen2.5-VL in Flax NNX.
 
 Grouped-query attention with biased q/k/v projections and M-RoPE, RMSNorm, SwiGLU MLP,
-tied or untied embeddings. Attention softmax and norms run in float32.
+tied or untied embeddings. Attention scores, softmax, norms and logits run in float32
+whatever the computation dtype; prefill and training attention go through
+`jaxspatial.models.attention` (cuDNN flash attention on GPU), decode through the einsum
+path over the cache. `remat` recomputes each decoder layer in the backward pass.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from jaxspatial.models.attention import attention, check_implementation
 from jaxspatial.models.qwen2_5_vl.config import TextConfig
 from jaxspatial.models.sharding import logical_init
 from jaxspatial.models.qwen2_5_vl.rope import apply_rotary, mrope_cos_sin
@@ -39,8 +43,10 @@ class RMSNorm(nnx.Module):
 
 
 class Attention(nnx.Module):
-  def __init__(self, config: TextConfig, *, rngs: nnx.Rngs, dtype, param_dtype):
+  def __init__(self, config: TextConfig, *, rngs: nnx.Rngs, dtype, param_dtype,
+               implementation: str = "auto"):
     self.config = config
+    self.implementation = check_implementation(implementation)
     d, h, kv = config.head_dim, config.num_attention_heads, config.num_key_value_heads
     kw = dict(rngs=rngs, dtype=dtype, param_dtype=param_dtype)
     self.q_proj = linear(config.hidden_size, h * d, ("embed", "heads"), use_bias=True, **kw)
@@ -64,11 +70,7 @@ class Attention(nnx.Module):
       k = jax.lax.dynamic_update_slice(k_cache, k.astype(k_cache.dtype), (0, index, 0, 0))
       v = jax.lax.dynamic_update_slice(v_cache, v.astype(v_cache.dtype), (0, index, 0, 0))
       cache = (k, v)
-    q = q.reshape(b, length, kv, h // kv, d)  # query heads grouped by their KV head
-    scores = jnp.einsum("blkgd,bskd->bkgls", q, k).astype(jnp.float32) / jnp.sqrt(d)
-    scores = jnp.where(mask_BxLxS[:, None, None], scores, jnp.finfo(jnp.float32).min)
-    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-    out = jnp.einsum("bkgls,bskd->blkgd", probs, v.astype(probs.dtype)).reshape(b, length, h * d)
+    out = attention(q, k, v, mask_BxLxS, self.implementation).reshape(b, length, h * d)
     return self.o_proj(out.astype(x_BxLxC.dtype)), cache
 
 
@@ -84,9 +86,10 @@ class MLP(nnx.Module):
 
 
 class DecoderLayer(nnx.Module):
-  def __init__(self, config: TextConfig, *, rngs: nnx.Rngs, dtype, param_dtype):
+  def __init__(self, config: TextConfig, *, rngs: nnx.Rngs, dtype, param_dtype,
+               attention: str = "auto"):
     kw = dict(rngs=rngs, dtype=dtype, param_dtype=param_dtype)
-    self.self_attn = Attention(config, **kw)
+    self.self_attn = Attention(config, implementation=attention, **kw)
     self.mlp = MLP(config, **kw)
     self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps,
                                    param_dtype=param_dtype)
@@ -99,20 +102,29 @@ class DecoderLayer(nnx.Module):
     return x + self.mlp(self.post_attention_layernorm(x)), cache
 
 
+def tied_logits(embed: nnx.Embed, hidden_BxLxC: Array) -> Array:
+  """h E^T for a tied head, in the embedding's computation dtype, accumulated in float32."""
+  table = embed.embedding[...]
+  hidden = hidden_BxLxC.astype(embed.dtype or table.dtype)
+  return jnp.einsum("...c,vc->...v", hidden, table.astype(hidden.dtype),
+                    preferred_element_type=jnp.float32)
+
+
 class TextModel(nnx.Module):
   """Embeddings, decoder layers, final norm and the LM head."""
 
   def __init__(self, config: TextConfig, *, rngs: nnx.Rngs, dtype=jnp.float32,
-               param_dtype=jnp.float32):
+               param_dtype=jnp.float32, attention: str = "auto", remat: bool = False):
     config.check()
     self.config = config
+    self.remat = remat
     self.embed_tokens = nnx.Embed(
         config.vocab_size, config.hidden_size, dtype=dtype, param_dtype=param_dtype, rngs=rngs,
         embedding_init=logical_init(nnx.initializers.variance_scaling(1.0, "fan_in", "normal",
                                                                       out_axis=0),
                                     ("vocab", "embed")))
     self.layers = nnx.List([DecoderLayer(config, rngs=rngs, dtype=dtype,
-                                         param_dtype=param_dtype)
+                                         param_dtype=param_dtype, attention=attention)
                             for _ in range(config.num_hidden_layers)])
     self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, param_dtype=param_dtype)
     self.lm_head = None if config.tie_word_embeddings else linear(
@@ -129,7 +141,10 @@ class TextModel(nnx.Module):
     cos, sin = mrope_cos_sin(position_ids_3xBxL, c.head_dim, c.rope_theta, c.mrope_section)
     x = inputs_embeds_BxLxC
     for layer in self.layers:
-      x, _ = layer(x, cos, sin, mask)
+      if self.remat:  # activations inside the layer are recomputed for the gradient
+        x = nnx.remat(lambda layer, x: layer(x, cos, sin, mask)[0])(layer, x)
+      else:
+        x, _ = layer(x, cos, sin, mask)
     return self.norm(x)
 
   def init_cache(self, batch: int, length: int, dtype=jnp.float32) -> list[tuple[Array, Array]]:
@@ -159,9 +174,15 @@ class TextModel(nnx.Module):
     return self.norm(x), new_cache
 
   def logits(self, hidden_BxLxC: Array) -> Array:
+    """Float32 logits: a computation-dtype matmul accumulated and returned in float32."""
     if self.lm_head is None:
-      return self.embed_tokens.attend(hidden_BxLxC)
-    return self.lm_head(hidden_BxLxC)
+      return tied_logits(self.embed_tokens, hidden_BxLxC)
+    if type(self.lm_head) is nnx.Linear:  # pylint: disable=unidiomatic-typecheck
+      kernel = self.lm_head.kernel[...]
+      hidden = hidden_BxLxC.astype(self.lm_head.dtype or kernel.dtype)
+      return jnp.einsum("...c,cv->...v", hidden, kernel.astype(hidden.dtype),
+                        preferred_element_type=jnp.float32)
+    return self.lm_head(hidden_BxLxC).astype(jnp.float32)  # an adapter (LoRA)
 
   def __call__(self, input_ids_BxL: Array, position_ids_3xBxL: Array,
                attention_mask_BxL: Array) -> Array:

@@ -6,11 +6,13 @@ SiLU MLP -> RMSNorm and a 2 x 2 patch merger -> one token per merged patch.
 
 Most blocks attend inside windows of `window_size` pixels; the `fullatt_block_indexes`
 attend over the whole image. The image grids fix every shape, so the window order, the
-attention masks and the rotary angles are computed on the host from the (static) grids,
+attention segments and the rotary angles are computed on the host from the (static) grids,
 and the encoder compiles once per set of grids (rendered observations have one size).
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import jax
 import jax.numpy as jnp
@@ -18,6 +20,7 @@ import numpy as np
 from flax import nnx
 
 from jaxspatial.models import sharding
+from jaxspatial.models.attention import attention, check_implementation
 from jaxspatial.models.qwen2_5_vl.config import VisionConfig
 from jaxspatial.models.qwen2_5_vl.rope import rotate_half
 from jaxspatial.models.qwen2_5_vl.text import RMSNorm, linear
@@ -60,26 +63,51 @@ def layout(config: VisionConfig, grids: Grids):
   return order, np.asarray(window_ids), np.asarray(image_ids), hw
 
 
+@dataclasses.dataclass(frozen=True)
+class Segments:
+  """Tokens grouped by segment (a window, or a frame), each segment packed at the front of
+  a row of `width`: attention inside segments costs O(N x width), not O(N^2)."""
+  gather_SxW: np.ndarray    # token index at each (segment, slot); 0 in padding slots
+  lengths_S: np.ndarray     # real tokens per segment
+  flat_N: np.ndarray        # each token's slot in the flattened [S * W] rows
+
+  @classmethod
+  def of(cls, ids_N: np.ndarray) -> "Segments":
+    _, segment, counts = np.unique(ids_N, return_inverse=True, return_counts=True)
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    by_segment = np.argsort(segment, kind="stable")
+    slot = np.empty(len(ids_N), np.int64)
+    slot[by_segment] = np.arange(len(ids_N)) - np.repeat(starts, counts)
+    width = int(counts.max())
+    gather = np.zeros((len(counts), width), np.int32)
+    gather[segment, slot] = np.arange(len(ids_N))
+    return cls(gather, counts.astype(np.int32), (segment * width + slot).astype(np.int32))
+
+
 class VisionAttention(nnx.Module):
-  def __init__(self, config: VisionConfig, *, rngs, dtype, param_dtype):
+  def __init__(self, config: VisionConfig, *, rngs, dtype, param_dtype,
+               implementation: str = "auto"):
     self.config = config
+    self.implementation = check_implementation(implementation)
     kw = dict(rngs=rngs, dtype=dtype, param_dtype=param_dtype)
     self.qkv = linear(config.hidden_size, 3 * config.hidden_size, ("embed", "heads"),
                       use_bias=True, **kw)
     self.proj = linear(config.hidden_size, config.hidden_size, ("heads", "embed"),
                        use_bias=True, **kw)
 
-  def __call__(self, x_NxC: Array, cos: Array, sin: Array, mask_NxN: Array) -> Array:
+  def __call__(self, x_NxC: Array, cos: Array, sin: Array, segments: Segments) -> Array:
+    """Attention inside each segment (window or frame) of the tokens."""
     n = x_NxC.shape[0]
     heads, d = self.config.num_heads, self.config.head_dim
     q, k, v = jnp.moveaxis(self.qkv(x_NxC).reshape(n, 3, heads, d), 1, 0)
     rotate = lambda x: (x.astype(jnp.float32) * cos[:, None] + rotate_half(
         x.astype(jnp.float32)) * sin[:, None]).astype(x.dtype)
     q, k = rotate(q), rotate(k)
-    scores = jnp.einsum("qhd,khd->hqk", q, k).astype(jnp.float32) / jnp.sqrt(d)
-    scores = jnp.where(mask_NxN[None], scores, jnp.finfo(jnp.float32).min)
-    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-    return self.proj(jnp.einsum("hqk,khd->qhd", probs, v).reshape(n, heads * d))
+    rows = lambda x: x[jnp.asarray(segments.gather_SxW)]  # [S, W, heads, d]
+    out = attention(rows(q), rows(k), rows(v), implementation=self.implementation,
+                    lengths_B=jnp.asarray(segments.lengths_S))
+    out = out.reshape(-1, heads * d)[jnp.asarray(segments.flat_N)]
+    return self.proj(out)
 
 
 class VisionMLP(nnx.Module):
@@ -97,15 +125,15 @@ class VisionMLP(nnx.Module):
 
 
 class VisionBlock(nnx.Module):
-  def __init__(self, config: VisionConfig, *, rngs, dtype, param_dtype):
+  def __init__(self, config: VisionConfig, *, rngs, dtype, param_dtype, attention="auto"):
     kw = dict(rngs=rngs, dtype=dtype, param_dtype=param_dtype)
     self.norm1 = RMSNorm(config.hidden_size, 1e-6, param_dtype=param_dtype)
     self.norm2 = RMSNorm(config.hidden_size, 1e-6, param_dtype=param_dtype)
-    self.attn = VisionAttention(config, **kw)
+    self.attn = VisionAttention(config, implementation=attention, **kw)
     self.mlp = VisionMLP(config, **kw)
 
-  def __call__(self, x, cos, sin, mask):
-    x = x + self.attn(self.norm1(x), cos, sin, mask)
+  def __call__(self, x, cos, sin, segments):
+    x = x + self.attn(self.norm1(x), cos, sin, segments)
     return x + self.mlp(self.norm2(x))
 
 
@@ -125,12 +153,14 @@ class PatchMerger(nnx.Module):
 
 class VisionModel(nnx.Module):
   def __init__(self, config: VisionConfig, *, rngs: nnx.Rngs, dtype=jnp.float32,
-               param_dtype=jnp.float32):
+               param_dtype=jnp.float32, attention: str = "auto", remat: bool = False):
     self.config = config
+    self.remat = remat
     kw = dict(rngs=rngs, dtype=dtype, param_dtype=param_dtype)
     self.patch_embed = linear(config.patch_dim, config.hidden_size, ("patch", "embed"),
                               use_bias=False, **kw)
-    self.blocks = nnx.List([VisionBlock(config, **kw) for _ in range(config.depth)])
+    self.blocks = nnx.List([VisionBlock(config, attention=attention, **kw)
+                            for _ in range(config.depth)])
     self.merger = PatchMerger(config, **kw)
 
   def __call__(self, pixel_values_NxP: Array, grids: Grids) -> Array:
@@ -151,11 +181,13 @@ class VisionModel(nnx.Module):
     freqs = np.concatenate([hw[:, :1] * inv_freq, hw[:, 1:] * inv_freq], -1)
     angles = jnp.asarray(np.concatenate([freqs, freqs], -1), jnp.float32)
     cos, sin = jnp.cos(angles), jnp.sin(angles)
-    window_mask = jnp.asarray(window_ids[:, None] == window_ids[None, :])
-    image_mask = jnp.asarray(image_ids[:, None] == image_ids[None, :])
+    windows, frames = Segments.of(window_ids), Segments.of(image_ids)
     for index, block in enumerate(self.blocks):
-      mask = image_mask if index in c.fullatt_block_indexes else window_mask
-      x = block(x, cos, sin, mask)
+      segments = frames if index in c.fullatt_block_indexes else windows
+      if self.remat:
+        x = nnx.remat(lambda block, x: block(x, cos, sin, segments))(block, x)
+      else:
+        x = block(x, cos, sin, segments)
     merged = self.merger(x)
     return merged[jnp.asarray(np.argsort(order))]
 

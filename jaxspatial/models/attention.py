@@ -1,0 +1,79 @@
+"""Attention for prefill and training: `jax.nn.dot_product_attention` with the backend's
+fused kernel where it exists (cuDNN flash attention on GPU in bf16 / fp16), the einsum path
+elsewhere. Decode (one query position over a KV cache) always takes the einsum path.
+
+Implementations, by name:
+  "einsum"  grouped-query einsum, float32 scores and softmax (the reference)
+  "xla"     `jax.nn.dot_product_attention(implementation="xla")`
+  "cudnn"   `jax.nn.dot_product_attention(implementation="cudnn")`: GPU, bf16 / fp16 only
+  "auto"    "cudnn" on a GPU when the computation dtype is bf16 / fp16, else "einsum"
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+Array = jax.Array
+IMPLEMENTATIONS = ("auto", "einsum", "xla", "cudnn")
+_FUSED_DTYPES = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
+
+
+def check_implementation(name: str) -> str:
+  if name not in IMPLEMENTATIONS:
+    raise ValueError(f"attention implementation: expected one of {IMPLEMENTATIONS}, got {name!r}")
+  return name
+
+
+def resolve(name: str, dtype) -> str:
+  """The implementation `name` runs as for a computation in `dtype` on this backend."""
+  check_implementation(name)
+  if name == "auto":
+    fused = jax.default_backend() == "gpu" and jnp.dtype(dtype) in _FUSED_DTYPES
+    return "cudnn" if fused else "einsum"
+  if name == "cudnn" and jnp.dtype(dtype) not in _FUSED_DTYPES:
+    raise ValueError(f"attention 'cudnn' runs in bfloat16 or float16, not {jnp.dtype(dtype)}; "
+                     "set model.dtype=bfloat16 or attention 'auto'")
+  return name
+
+
+def einsum_attention(q_BxTxNxD: Array, k_BxSxKxD: Array, v_BxSxKxD: Array,
+                     mask_BxTxS: Array) -> Array:
+  """Grouped-query attention with float32 scores; masked-out keys get float32's minimum (a
+  row with no valid key attends uniformly: its output is ignored downstream)."""
+  b, t, n, d = q_BxTxNxD.shape
+  kv = k_BxSxKxD.shape[2]
+  q = q_BxTxNxD.reshape(b, t, kv, n // kv, d)  # query heads grouped by their KV head
+  scores = jnp.einsum("btkgd,bskd->bkgts", q, k_BxSxKxD.astype(q.dtype),
+                      preferred_element_type=jnp.float32) / jnp.sqrt(jnp.float32(d))
+  scores = jnp.where(mask_BxTxS[:, None, None], scores, jnp.finfo(jnp.float32).min)
+  probs = jax.nn.softmax(scores, axis=-1).astype(q.dtype)
+  out = jnp.einsum("bkgts,bskd->btkgd", probs, v_BxSxKxD.astype(q.dtype))
+  return out.reshape(b, t, n, d)
+
+
+def attention(q_BxTxNxD: Array, k_BxSxKxD: Array, v_BxSxKxD: Array,
+              mask_BxTxS: Array | None = None, implementation: str = "einsum",
+              lengths_B: Array | None = None) -> Array:
+  """[B, T, N, D] attention of T queries over S keys (N query heads, K = N / g KV heads).
+  Either `mask` [B, T, S] (True where a query may attend a key) or `lengths` [B] int32
+  (sequences packed at the front: the first lengths[b] queries and keys are real; the
+  fused kernels then need no mask tensor). Keys and values are cast to the queries' dtype
+  (a float32 cache under a bf16 computation)."""
+  name = resolve(implementation, q_BxTxNxD.dtype)
+  if (mask_BxTxS is None) == (lengths_B is None):
+    raise ValueError("attention: pass exactly one of a mask and sequence lengths")
+  if name == "einsum" or q_BxTxNxD.shape[1] == 1:
+    if mask_BxTxS is None:
+      keys = jnp.arange(k_BxSxKxD.shape[1])
+      mask_BxTxS = jnp.broadcast_to((keys[None] < lengths_B[:, None])[:, None],
+                                    (q_BxTxNxD.shape[0], q_BxTxNxD.shape[1], keys.shape[0]))
+    return einsum_attention(q_BxTxNxD, k_BxSxKxD, v_BxSxKxD, mask_BxTxS)
+  k = k_BxSxKxD.astype(q_BxTxNxD.dtype)
+  v = v_BxSxKxD.astype(q_BxTxNxD.dtype)
+  if lengths_B is not None:
+    lengths = lengths_B.astype(jnp.int32)
+    return jax.nn.dot_product_attention(q_BxTxNxD, k, v, query_seq_lengths=lengths,
+                                        key_value_seq_lengths=lengths, implementation=name)
+  return jax.nn.dot_product_attention(q_BxTxNxD, k, v, mask=mask_BxTxS[:, None].astype(bool),
+                                      implementation=name)
