@@ -23,7 +23,11 @@ def base(name: str, agent: str, variant: str) -> ml_collections.ConfigDict:
   c.mesh = dict(data=-1, fsdp=1, tensor=1)
   # checkpoint: a Hugging Face Qwen2.5-VL folder; "" = a tiny random policy (cpu variant).
   # frozen: parameter paths that do not train (e.g. ("visual",): the vision tower).
-  c.model = dict(checkpoint="", frozen=())
+  # dtype / param_dtype / cache_dtype: bf16 compute over float32 master weights, a bf16 KV
+  # cache (jaxspatial.models.precision); attention "auto": cuDNN flash attention on GPU;
+  # remat: recompute each layer in the backward pass (3B-9B policies at 16 x 8 episodes).
+  c.model = dict(checkpoint="", frozen=(), dtype="bfloat16", param_dtype="float32",
+                 cache_dtype="bfloat16", attention="auto", remat=True)
   # input_views: Think3D's first prompt holds up to this many input views; views: its
   # action space, "free" angles or the public RL prompt's three "preset" views.
   c.agent = dict(name=agent, width=640, height=480, hfov_deg=90.0, max_images=8,
@@ -56,7 +60,8 @@ def base(name: str, agent: str, variant: str) -> ml_collections.ConfigDict:
 def shrink_for_cpu(c) -> ml_collections.ConfigDict:
   """The `cpu` variant's sizes (no-op for `reference`)."""
   if c.variant == "cpu":
-    c.model.checkpoint = ""
+    c.model.update(checkpoint="", dtype="float32", param_dtype="float32",
+                   cache_dtype="float32", remat=False)
     c.agent.update(width=96, height=72)  # the tiny dataset's views (Think3D renders with them)
     c.data.update(config="tiny", build=True, points=32_768, prompt_tokens=400)
     c.rollout.update(max_turns=2, max_turn_tokens=72)

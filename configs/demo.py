@@ -21,7 +21,10 @@ def get_config() -> ml_collections.ConfigDict:
   c.workdir = "outputs/demo"
   c.mesh = dict(data=-1, fsdp=1, tensor=1)      # -1: all devices
   c.model = dict(hidden=128, intermediate=256, layers=2, heads=4, kv_heads=2,
-                 vision_depth=2, vision_hidden=64, vocab=600)
+                 vision_depth=2, vision_hidden=64, vocab=600,
+                 # the dtype policy (jaxspatial.models.precision): float32 on a CPU
+                 dtype="float32", param_dtype="float32", cache_dtype="float32",
+                 attention="auto", remat=False)
   c.scene = dict(width=56, height=56, hfov_deg=90.0, points=6000, turn_step_deg=90.0)
   c.data = dict(train_tasks=480, test_tasks=240, sft_trajectories=384)
   c.rollout = dict(max_turns=2, max_turn_tokens=40, temperature=1.0)

@@ -17,6 +17,9 @@ import ml_collections
 def get_config() -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.checkpoint = ""          # empty: the tiny random policy and its local tokenizer
+  # the dtype policy (jaxspatial.models.precision); bf16 params are fine: rollouts only
+  c.model = dict(dtype="float32", param_dtype="float32", cache_dtype="float32",
+                 attention="auto", remat=False)
   c.agent = "act3d"
   c.seed = 0
   c.batch = 4

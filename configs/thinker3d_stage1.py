@@ -19,6 +19,11 @@ trained; 8 GPUs in the paper's runs. Loading Qwen2.5-VL-3B and VGGT features of 
 
 import ml_collections
 
+# The published runs' precision: bf16 compute over float32 master weights (the scripts'
+# `bf16`), a bf16 KV cache; fused attention; remat per layer.
+REFERENCE_MODEL = dict(dtype="bfloat16", param_dtype="float32", cache_dtype="bfloat16",
+                       attention="auto", remat=True)
+
 # transformers' Trainer defaults, which both stages' scripts keep: linear decay to 0 after
 # the warm-up, no weight decay on biases and norms.
 TRAINER = dict(decay="linear", final_fraction=0.0, weight_decay_mask="transformers")
@@ -28,7 +33,8 @@ def cpu_settings(c: ml_collections.ConfigDict) -> None:
   """The synthetic task and the tiny policy, shared by both stages' cpu variants."""
   c.mesh = dict(data=-1, fsdp=1, tensor=1)      # -1: all devices
   c.model = dict(hidden=128, intermediate=256, layers=2, heads=4, kv_heads=2, vision_depth=2,
-                 vision_hidden=64, vocab=500)
+                 vision_hidden=64, vocab=500, dtype="float32", param_dtype="float32",
+                 cache_dtype="float32", attention="auto", remat=False)
   c.scene = dict(width=56, height=56, hfov_deg=90.0, points=6000)
   c.data = dict(train=384, test=96, cache="outputs/thinker3d_data")
   c.features = dict(grid=4, channels=32)           # stand-in: 5 + 16 tokens
@@ -52,6 +58,7 @@ def get_config(variant: str = "reference") -> ml_collections.ConfigDict:
   c.freeze_vision = True
   if variant == "reference":
     c.workdir = "outputs/thinker3d_stage1"
+    c.model = dict(REFERENCE_MODEL)
     c.projector = dict(mlp_depth=6, mm_hidden_size=2048, hidden_size=2048, latent_size=12,
                        fusion_input=391, fusion_output=1374, latent_tokens=64)
     c.optimizer = dict(learning_rate=1e-4, warmup_steps=10, weight_decay=0.01, **TRAINER)

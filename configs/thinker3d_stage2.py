@@ -21,7 +21,7 @@ Qwen2.5-VL-3B weights or 3DThinker data).
 
 import ml_collections
 
-from configs.thinker3d_stage1 import TRAINER, cpu_settings
+from configs.thinker3d_stage1 import REFERENCE_MODEL, TRAINER, cpu_settings
 
 
 def get_config(variant: str = "reference") -> ml_collections.ConfigDict:
@@ -41,6 +41,7 @@ def get_config(variant: str = "reference") -> ml_collections.ConfigDict:
                                    "up_proj", "down_proj", "lm_head"), **TRAINER)
   if variant == "reference":
     c.workdir = "outputs/thinker3d_stage2"
+    c.model = dict(REFERENCE_MODEL)
     c.rollout = dict(temperature=1.0, max_new_tokens=2048)
     return c
   if variant != "cpu":

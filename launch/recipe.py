@@ -32,7 +32,7 @@ from data_pipelines.loader import decode_text, scene_tasks, task_batches
 from data_pipelines.synthetic import teachers
 from data_pipelines.synthetic.questions import FAMILIES
 from jaxspatial.envs import act3d, peria, think3d
-from jaxspatial.models import sharding
+from jaxspatial.models import Precision, memory, model_options, resolve_attention, sharding
 from jaxspatial.models.qwen2_5_vl.model import Qwen25VL
 from jaxspatial.rl.objectives import PolicyLossConfig
 from jaxspatial.rl.rewards.papers import Act3DRewardConfig, Think3DRewardConfig
@@ -94,9 +94,10 @@ def load_policy(c, mesh):
       from jaxspatial.models.qwen2_5_vl.tokenizer import load_processor  # pylint: disable=import-outside-toplevel
       processor = load_processor(c.model.checkpoint)
       tok = getattr(processor, "tokenizer", processor)
-      return tok, Qwen25VL.from_pretrained(c.model.checkpoint, seed=c.seed)
+      return tok, Qwen25VL.from_pretrained(c.model.checkpoint, seed=c.seed,
+                                           **model_options(c.model))
     tok = tiny.tokenizer()
-    return tok, Qwen25VL(tiny.model_config(tok), rngs=nnx.Rngs(c.seed))
+    return tok, Qwen25VL(tiny.model_config(tok), rngs=nnx.Rngs(c.seed), **model_options(c.model))
 
 
 def data_source(c, split: str):
@@ -137,7 +138,8 @@ def build(c) -> RecipeJob:
       temperature=c.rollout.temperature, top_p=c.rollout.top_p,
       constrained=c.rollout.constrained, eos_tokens=(eos,),
       pad_token=tok.pad_token_id if tok.pad_token_id is not None else 0,
-      repetition_penalty=c.rollout.repetition_penalty)
+      repetition_penalty=c.rollout.repetition_penalty,
+      cache_dtype=Precision.from_config(c.model).cache_dtype)
   return RecipeJob(c, mesh, tok, model, agent, automaton, template, config, n_image)
 
 
@@ -316,6 +318,20 @@ def _optimizer_config(o, total: int) -> OptimizerConfig:
                          weight_decay_mask=o.weight_decay_mask)
 
 
+def memory_estimate(c, job: RecipeJob, wrt, training: bool = True) -> memory.MemoryEstimate:
+  """The job's device memory before anything compiles: a GRPO step's rollout batch and
+  update (SFT batches are no larger on the papers' settings)."""
+  slots = episode.capacity(c.data.prompt_tokens, job.template, job.config)
+  episodes = c.grpo.prompts * c.advantage.group_size
+  options = model_options(c.model)
+  fused = resolve_attention(options["attention"], options["dtype"]) != "einsum"
+  return memory.estimate(job.model, Precision.from_config(c.model), rollout_batch=episodes,
+                         cache_length=slots, train_batch=episodes // c.grpo.mini_batches,
+                         train_length=slots, micro_batches=c.grpo.micro_batches,
+                         remat=options["remat"], fused_attention=fused, trainable=wrt,
+                         training=training, mesh=job.mesh)
+
+
 def run(c) -> dict:
   initialize_from_env()
   if not c.model.checkpoint and c.get("variant") == "reference":
@@ -341,6 +357,10 @@ def run(c) -> dict:
   sft_opt = _optimizer_config(c.sft, max(c.sft.steps, 1))
   grpo_opt = _optimizer_config(c.grpo, max(updates, 1))
   wrt = trainable(frozen=tuple(c.model.frozen))  # e.g. the vision tower ("visual")
+  if c.sft.steps or grpo_steps:
+    Precision.from_config(c.model).check_trainable(c.name)
+  if jax.process_index() == 0:
+    print(memory_estimate(c, job, wrt).table(), flush=True)
   with jax.set_mesh(job.mesh):
     optimizer = make_optimizer(job.model, sft_opt if c.sft.steps else grpo_opt, wrt)
   checkpointer = Checkpointer(workdir / "checkpoints", keep=c.checkpoint.keep,

@@ -10,6 +10,7 @@ from flax import nnx
 
 from data_pipelines.synthetic import episodes
 from jaxspatial.envs import act3d
+from jaxspatial.models import Precision, model_options
 from jaxspatial.models.qwen2_5_vl.model import Qwen25VL
 from jaxspatial.rollout import agents, automaton as am, episode, observation, tiny
 
@@ -36,10 +37,10 @@ def build(c) -> RolloutSetup:
     from jaxspatial.models.qwen2_5_vl.tokenizer import load_processor  # pylint: disable=import-outside-toplevel
     processor = load_processor(c.checkpoint)
     tok = getattr(processor, "tokenizer", processor)
-    model = Qwen25VL.from_pretrained(c.checkpoint)
+    model = Qwen25VL.from_pretrained(c.checkpoint, **model_options(c.model))
   else:
     tok = tiny.tokenizer()
-    model = Qwen25VL(tiny.model_config(tok), rngs=nnx.Rngs(c.seed))
+    model = Qwen25VL(tiny.model_config(tok), rngs=nnx.Rngs(c.seed), **model_options(c.model))
   agent = agents.Act3DAgent(act3d.Act3DParams(width=c.width, height=c.height,
                                               grounding_min_pixels=5,
                                               max_interactions=c.max_turns - 1))
@@ -49,7 +50,7 @@ def build(c) -> RolloutSetup:
   config = episode.RolloutConfig(
       max_turns=c.max_turns, max_turn_tokens=c.max_turn_tokens, temperature=c.temperature,
       constrained=c.constrained, eos_tokens=(tok.convert_tokens_to_ids("<|im_end|>"),),
-      pad_token=tok.pad_token_id or 0)
+      pad_token=tok.pad_token_id or 0, cache_dtype=Precision.from_config(c.model).cache_dtype)
   tasks, questions = episodes.act3d_tasks(c.batch, seed=c.seed, points=c.points,
                                           scenes=c.scenes)
   ids, mask = episodes.act3d_prompts(tok, questions, n_image)

@@ -29,7 +29,8 @@ from tqdm import tqdm
 
 from data_pipelines.synthetic import thinker3d as data
 from jaxspatial.models import (GeometryStandInExtractor, Projector3DConfig, Thinker3DPolicy,
-                               apply_lora, latent3d, sharding)
+                               Precision, apply_lora, latent3d, memory, model_options,
+                               sharding)
 from jaxspatial.models.qwen2_5_vl.model import Qwen25VL
 from jaxspatial.models.qwen2_5_vl.tokenizer import train_tokenizer
 from jaxspatial.rl.advantages import group_normalize
@@ -103,7 +104,7 @@ def build(c) -> Job:
   mesh = sharding.make_mesh(devices if c.mesh.data == -1 else c.mesh.data, c.mesh.fsdp,
                             c.mesh.tensor)
   with jax.set_mesh(mesh):  # parameters are created sharded by the logical rules
-    model = Qwen25VL(model_config(c, tok), rngs=nnx.Rngs(c.seed))
+    model = Qwen25VL(model_config(c, tok), rngs=nnx.Rngs(c.seed), **model_options(c.model))
   image_tokens = episode.image_tokens(model, (c.scene.height, c.scene.width))
   projector = Projector3DConfig(
       mlp_depth=c.projector.mlp_depth, mm_hidden_size=c.model.hidden,
@@ -153,6 +154,7 @@ def rollout_config(job: Job, temperature: float) -> rollout3d.Thinker3DRolloutCo
           "<|im_end|>"),), num_latents=c.latents.num_latents,
       max_new_tokens=c.rollout.max_new_tokens, temperature=temperature,
       pad_token=job.tokenizer.pad_token_id or 0,
+      cache_dtype=Precision.from_config(c.model).cache_dtype,
       token_axis_quirk=bool(reward.get("token_axis_quirk", False)),
       latent_fallback=reward.get("latent_fallback", "after_header"))
 
@@ -371,6 +373,16 @@ def run(c) -> dict:
   workdir = pathlib.Path(c.workdir)
   workdir.mkdir(parents=True, exist_ok=True)
   job = build(c)
+  Precision.from_config(c.model).check_trainable(f"thinker3d stage {c.stage}")
+  if jax.process_index() == 0:
+    rows = c.batch if c.stage == 1 else c.prompts * c.advantage.group_size
+    length = job.train.tokens.shape[1] if c.stage == 1 else (job.train.prompt_ids.shape[1]
+                                                             + c.rollout.max_new_tokens)
+    print(memory.estimate(job.policy.model, Precision.from_config(c.model), rollout_batch=rows,
+                          cache_length=length, train_batch=rows, train_length=length,
+                          micro_batches=c.micro_batches, remat=c.model.remat, mesh=job.mesh,
+                          trainable=nnx.Param if c.stage == 1 else nnx.LoRAParam).table(),
+          flush=True)
   with jax.set_mesh(job.mesh):  # one mesh for rollouts and updates
     results = (run_stage1 if c.stage == 1 else run_stage2)(c, job, workdir)
     (workdir / "results.json").write_text(json.dumps(results, indent=2))

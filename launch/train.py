@@ -27,7 +27,7 @@ from tqdm import tqdm
 
 from data_pipelines.synthetic import look_around
 from jaxspatial.envs import act3d
-from jaxspatial.models import sharding
+from jaxspatial.models import Precision, memory, model_options, sharding
 from jaxspatial.models.qwen2_5_vl.config import Qwen25VLConfig, TextConfig, VisionConfig
 from jaxspatial.models.qwen2_5_vl.model import Qwen25VL
 from jaxspatial.models.qwen2_5_vl.tokenizer import train_tokenizer
@@ -97,7 +97,7 @@ def build(c) -> Job:
             + tiny.example_turns(100))
   tok = train_tokenizer(corpus, vocab_size=c.model.vocab, extra_special_tokens=tiny.LATENT_TOKENS)
   with jax.set_mesh(mesh):
-    model = Qwen25VL(model_config(c, tok), rngs=nnx.Rngs(c.seed))
+    model = Qwen25VL(model_config(c, tok), rngs=nnx.Rngs(c.seed), **model_options(c.model))
   params = act3d.Act3DParams(width=c.scene.width, height=c.scene.height,
                              hfov_deg=c.scene.hfov_deg, turn_step_deg=c.scene.turn_step_deg,
                              grounding_min_pixels=5, max_interactions=c.rollout.max_turns - 1)
@@ -108,7 +108,7 @@ def build(c) -> Job:
   rollout_config = episode.RolloutConfig(
       max_turns=c.rollout.max_turns, max_turn_tokens=c.rollout.max_turn_tokens,
       temperature=c.rollout.temperature, eos_tokens=(tok.convert_tokens_to_ids("<|im_end|>"),),
-      pad_token=tok.pad_token_id or 0)
+      pad_token=tok.pad_token_id or 0, cache_dtype=Precision.from_config(c.model).cache_dtype)
   return Job(c, mesh, tok, model, agent, automaton, template, rollout_config,
              _split((tok, n_image), c, "train"), _split((tok, n_image), c, "test"))
 
@@ -230,6 +230,14 @@ def run(c) -> dict:
   workdir.mkdir(parents=True, exist_ok=True)
   job = build(c)
   total = c.sft.steps + c.grpo.steps
+  Precision.from_config(c.model).check_trainable("demo")
+  if jax.process_index() == 0:
+    episodes = c.grpo.prompts * c.grpo.group
+    slots = episode.capacity(job.train[2].shape[1], job.template, job.rollout_config)
+    print(memory.estimate(job.model, Precision.from_config(c.model), rollout_batch=episodes,
+                          cache_length=slots, train_batch=episodes, train_length=slots,
+                          micro_batches=c.grpo.micro_batches, remat=c.model.remat,
+                          mesh=job.mesh).table(), flush=True)
   sft_opt = OptimizerConfig(learning_rate=c.sft.learning_rate, warmup_steps=c.sft.warmup,
                             total_steps=c.sft.steps, clip_norm=1.0)
   grpo_opt = OptimizerConfig(learning_rate=c.grpo.learning_rate, warmup_steps=c.grpo.warmup,

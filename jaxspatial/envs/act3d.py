@@ -177,7 +177,7 @@ def multiplier(action: Act3DAction, params: Act3DParams) -> Array:
 def _rotate(v: Array, axis: Array, angle: Array) -> Array:
   """Rodrigues' rotation of v about the unit axis."""
   c, s = jnp.cos(angle), jnp.sin(angle)
-  return v * c + jnp.cross(axis, v) * s + axis * jnp.dot(axis, v) * (1.0 - c)
+  return v * c + jnp.cross(axis, v) * s + axis * jnp.sum(axis * v, -1, keepdims=True) * (1.0 - c)
 
 
 def relative_dynamics(position: Array, forward: Array, action: Act3DAction,

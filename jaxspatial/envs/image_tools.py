@@ -124,7 +124,7 @@ def _bilinear(image: Array, ys: Array, xs: Array) -> Array:
 def _segment_distance(x: Array, y: Array, start: Array, end: Array) -> Array:
   """Distance from every pixel centre (x, y) to the segment start-end."""
   d = end - start
-  length2 = jnp.maximum(jnp.dot(d, d), 1e-12)
+  length2 = jnp.maximum(jnp.sum(d * d), 1e-12)
   t = jnp.clip(((x - start[0]) * d[0] + (y - start[1]) * d[1]) / length2, 0.0, 1.0)
   return jnp.hypot(x - (start[0] + t * d[0]), y - (start[1] + t * d[1]))
 

@@ -54,7 +54,7 @@ import numpy as np
 from flax import struct
 
 from jaxspatial.envs.task import Task
-from jaxspatial.geometry import Camera, make_transform, rotation_about_axis
+from jaxspatial.geometry import Camera, make_transform, matmul, rotation_about_axis
 from jaxspatial.render import render, render_batch
 from jaxspatial.render.markers import CameraMarkerStyle, draw_cameras as draw_camera_markers
 from jaxspatial.render.splat import DEFAULT_NEAR
@@ -167,7 +167,7 @@ def _turn(azimuth_deg: Array, elevation_deg: Array) -> Array:
   """Ry(azimuth) Rx(elevation) in a camera's OpenCV frame (y down)."""
   yaw = rotation_about_axis(jnp.asarray([0.0, 1.0, 0.0]), jnp.deg2rad(azimuth_deg))
   pitch = rotation_about_axis(jnp.asarray([1.0, 0.0, 0.0]), jnp.deg2rad(elevation_deg))
-  return yaw @ pitch
+  return matmul(yaw, pitch)
 
 
 def _world_turn(anchor_rotation: Array, azimuth_deg: Array, elevation_deg: Array,
@@ -175,7 +175,8 @@ def _world_turn(anchor_rotation: Array, azimuth_deg: Array, elevation_deg: Array
   """The world-frame rotation that turns the anchor's view right by azimuth and up by
   elevation: about the anchor's own axes, or about `params.up` and the level right axis."""
   if params.up is None:
-    return anchor_rotation @ _turn(azimuth_deg, elevation_deg) @ anchor_rotation.T
+    return matmul(matmul(anchor_rotation, _turn(azimuth_deg, elevation_deg)),
+                  anchor_rotation.T)
   up = jnp.asarray(params.up, jnp.float32)
   up = up / jnp.linalg.norm(up)
   forward = anchor_rotation[:, 2]
@@ -185,7 +186,7 @@ def _world_turn(anchor_rotation: Array, azimuth_deg: Array, elevation_deg: Array
   # Turning right is clockwise seen from above: a negative angle about up.
   yaw = rotation_about_axis(up, -jnp.deg2rad(azimuth_deg))
   pitch = rotation_about_axis(right, jnp.deg2rad(elevation_deg))
-  return yaw @ pitch
+  return matmul(yaw, pitch)
 
 
 def scene_centroid(task: Task) -> Array:
@@ -207,12 +208,12 @@ def view_camera(task: Task, action: Think3DAction, params: Think3DParams):
   sign = 1.0 if params.elevation_convention == "paper" else -1.0
   ego_turn = _world_turn(rotation, action.azimuth_deg, sign * action.elevation_deg, params)
   ego = Camera.from_fov(params.ego_hfov_deg, params.width, params.height,
-                        make_transform(ego_turn @ rotation, position))
+                        make_transform(matmul(ego_turn, rotation), position))
 
   pivot = scene_centroid(task) if params.pivot == "centroid" else position
   world_turn = _world_turn(rotation, action.azimuth_deg, -action.elevation_deg, params)
-  global_rotation = world_turn @ rotation
-  orbit_position = pivot + world_turn @ (position - pivot)
+  global_rotation = matmul(world_turn, rotation)
+  orbit_position = pivot + matmul(world_turn, position - pivot)
   forward = global_rotation[:, 2]
   pull = jnp.zeros(())
   if params.pull_back:
@@ -221,7 +222,7 @@ def view_camera(task: Task, action: Think3DAction, params: Think3DParams):
     half_fov = jnp.deg2rad(params.global_hfov_deg) / 2
     half_vfov = jnp.arctan(jnp.tan(half_fov) * params.height / params.width)
     fit_distance = radius / jnp.sin(jnp.minimum(half_fov, half_vfov))
-    pull = jnp.maximum(fit_distance - jnp.dot(pivot - orbit_position, forward), 0.0)
+    pull = jnp.maximum(fit_distance - jnp.sum((pivot - orbit_position) * forward), 0.0)
   global_camera = Camera.from_fov(params.global_hfov_deg, params.width, params.height,
                                   make_transform(global_rotation, orbit_position - pull * forward))
   is_ego = action.mode == EGO

@@ -6,6 +6,7 @@ from jaxspatial.geometry.camera import (
     intrinsics_from_fov,
     look_at,
     make_transform,
+    matmul,
     project,
     rigid_inverse,
     rotation_about_axis,

@@ -128,12 +128,19 @@ def intrinsics_from_fov(hfov_deg, width: int, height: int):
   return fx, fx, jnp.full_like(fx, (width - 1) / 2.0), jnp.full_like(fx, (height - 1) / 2.0)
 
 
+def matmul(a: Array, b: Array) -> Array:
+  """a @ b in full float32: on TPU and H100/H200 a default-precision float32 matmul runs in
+  bf16 / TF32 passes, which moves a composed camera pose by ~1e-3."""
+  return jnp.matmul(a, b, precision=jax.lax.Precision.HIGHEST)
+
+
 def rigid_inverse(transform_4x4: Array) -> Array:
   """Inverse of rigid transforms [..., 4, 4] without a general matrix inverse."""
   rotation = transform_4x4[..., :3, :3]
   translation = transform_4x4[..., :3, 3]
   rotation_t = jnp.swapaxes(rotation, -1, -2)
-  inv_translation = -jnp.einsum("...ij,...j->...i", rotation_t, translation)
+  inv_translation = -jnp.einsum("...ij,...j->...i", rotation_t, translation,
+                                precision=jax.lax.Precision.HIGHEST)
   return make_transform(rotation_t, inv_translation)
 
 

@@ -73,3 +73,12 @@ class Precision:
                        "evaluation jobs; training keeps float32 master weights (set "
                        "model.param_dtype=float32, model.dtype=bfloat16 for bf16 compute)")
     return self
+
+
+def model_options(model_config) -> dict:
+  """`Qwen25VL(...)` / `Qwen25VL.from_pretrained(...)` keywords from a config's `model`
+  block: the dtype policy, `attention` ("auto") and `remat` (False)."""
+  get = (model_config.get if hasattr(model_config, "get")
+         else lambda k, d: getattr(model_config, k, d))
+  return dict(**Precision.from_config(model_config).model_kwargs(),
+              attention=get("attention", "auto"), remat=bool(get("remat", False)))

@@ -94,3 +94,25 @@ def test_act3d_and_peria_budgets_match_their_papers():
   peria = importlib.import_module("configs.peria_or_gigpo").get_config()
   agent = recipe.make_agent(peria)
   assert agent.max_calls == 10 and agent.params.max_images >= peria.rollout.max_turns
+
+
+@pytest.mark.parametrize("name", ["think3d_rl", "act3d_grpo", "peria_or_gigpo",
+                                  "thinker3d_stage1", "thinker3d_stage2"])
+def test_every_recipe_holds_a_dtype_policy(name):
+  """Reference variants: bf16 compute over float32 master weights, a bf16 cache; the cpu
+  variants keep float32; both build a Precision and the model keywords."""
+  from jaxspatial.models import Precision, model_options
+  module = importlib.import_module(f"configs.{name}")
+  for variant, compute, cache in (("reference", "bfloat16", "bfloat16"),
+                                  ("cpu", "float32", "float32")):
+    model = module.get_config(variant).model
+    policy = Precision.from_config(model)
+    assert (model.dtype, model.param_dtype, model.cache_dtype) == (compute, "float32", cache)
+    assert policy.check_trainable(name) is policy
+    assert set(model_options(model)) == {"dtype", "param_dtype", "attention", "remat"}
+
+
+@pytest.mark.parametrize("name", ["demo", "rollout_demo"])
+def test_cpu_configs_hold_a_float32_dtype_policy(name):
+  model = importlib.import_module(f"configs.{name}").get_config().model
+  assert (model.dtype, model.param_dtype, model.cache_dtype) == ("float32",) * 3
