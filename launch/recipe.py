@@ -321,7 +321,7 @@ def _optimizer_config(o, total: int) -> OptimizerConfig:
 def memory_estimate(c, job: RecipeJob, wrt, training: bool = True) -> memory.MemoryEstimate:
   """The job's device memory before anything compiles: a GRPO step's rollout batch and
   update (SFT batches are no larger on the papers' settings)."""
-  slots = episode.capacity(c.data.prompt_tokens, job.template, job.config)
+  slots = episode.capacity(c.data.prompt_tokens, job.template, job.rollout_config)
   episodes = c.grpo.prompts * c.advantage.group_size
   options = model_options(c.model)
   fused = resolve_attention(options["attention"], options["dtype"]) != "einsum"

@@ -32,7 +32,9 @@ def _prefill(model, ids, mask, images, size, dtype):
   return prefill(model, ids, mask, size, jnp.dtype(dtype), pixels, grids, sequence_grids)
 
 
-@nnx.jit(static_argnames=("config",))
+# The cache crosses the jit boundary on every token here: donated, it is updated in place
+# (the compiled rollout carries it inside one program and needs no donation).
+@nnx.jit(static_argnames=("config",), donate_argnames=("dstate",))
 def _decode_step(model, dstate, logits, key, turn, k, writing, forced, config):
   text = model.language_model
   token, logp = sample_token(logits, jax.random.fold_in(jax.random.fold_in(key, turn), k), config)
@@ -51,7 +53,7 @@ def _decode_step(model, dstate, logits, key, turn, k, writing, forced, config):
       jnp.float32)
 
 
-@nnx.jit
+@nnx.jit(donate_argnames=("dstate",))
 def _append(model, dstate, ids, mask, images):
   pixels, grids, sequence_grids = _vision_inputs(model, images)
   dstate, logits = append(model, dstate, ids, mask, pixels, grids, sequence_grids)

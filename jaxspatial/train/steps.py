@@ -102,7 +102,10 @@ def _slice(batch: TrainBatch, index: int, size: int) -> TrainBatch:
   return jax.tree.map(lambda x: jax.lax.dynamic_slice_in_dim(x, index * size, size, 0), batch)
 
 
-@nnx.jit(static_argnames=("config",))
+# Parameters and optimizer state are donated: the step updates them in place instead of
+# holding two copies (callers keep no other reference to them; checkpoints copy to host
+# before `save` returns).
+@nnx.jit(static_argnames=("config",), donate_argnames=("model", "optimizer"))
 def train_step(model, optimizer, batch: TrainBatch, config: StepConfig):
   """One optimizer step over the batch (micro-batches accumulated). Returns metrics with
   `loss`, `grad_norm` and `finite`; when the loss or a gradient is not finite the update is
