@@ -6,7 +6,7 @@ PIP := $(PY) -m pip install --quiet --disable-pip-version-check -c constraints.t
 RUNTIME_STAMP := $(VENV)/.runtime-installed
 DEV_STAMP := $(VENV)/.dev-installed
 
-.PHONY: demo thinker3d recipes test bench system-deps clean
+.PHONY: demo thinker3d recipes test bench device-bench system-deps clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -70,6 +70,9 @@ bench: $(DEV_STAMP) system-deps
 	$(PY) -m benchmarks.loading_bench
 	$(PY) -m benchmarks.rollout_bench
 	$(PY) -m benchmarks.train_bench
+
+device-bench: $(DEV_STAMP) system-deps
+	$(PY) -m benchmarks.device_suite
 
 clean:
 	rm -rf $(VENV) outputs build *.egg-info

@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from benchmarks.timing import timed
+from benchmarks.timing import timed, timed_first
 from data_pipelines.synthetic import make_room, orbit_cameras
 from jaxspatial.geometry import Camera
 from jaxspatial.render import render, render_batch, splat
@@ -51,6 +51,46 @@ def rgbd_batch(cloud, cameras, height, width, radius):
 def cameras_in_room(room, num_views: int, width: int, height: int) -> Camera:
   centre = np.array(room.bounds_max) / 2
   return orbit_cameras((centre[0], centre[1], 0.5), (2.2, 2.0), 1.8, num_views, width, height)
+
+
+def jaxspatial_view_ms(cloud, cameras, height, width, radius, num_views, repeats,
+                       outputs="rgbd") -> tuple[float, float]:
+  """(seconds of the first call, compilation included; milliseconds per view) of drawing
+  the first `num_views` of `cameras` in one call; outputs "all" also materialises the
+  point-index and instance images."""
+  batch = jax.tree.map(lambda x: x[:num_views], cameras)
+  if num_views == 1:
+    draw, camera = rgbd_single, jax.tree.map(lambda x: x[0], batch)
+  else:
+    draw, camera = (rgbd_batch if outputs == "rgbd" else render_batch), batch
+  first, seconds = timed_first(lambda: draw(cloud, camera, height, width, radius), repeats)
+  return first, 1e3 * seconds / num_views
+
+
+def open3d_cloud(xyz_np, rgb_np):
+  """Open3D's tensor point cloud of the scene; ImportError when open3d is missing."""
+  import open3d as o3d  # pylint: disable=import-outside-toplevel
+  cloud = o3d.t.geometry.PointCloud(o3d.core.Tensor(xyz_np))
+  cloud.point.colors = o3d.core.Tensor(rgb_np.astype(np.float32) / 255.0)
+  return cloud
+
+
+def open3d_draw(o3d_cloud, cameras, width, height, num_views):
+  """A call drawing the first `num_views` cameras with `project_to_rgbd_image` (radius 0)."""
+  import open3d as o3d  # pylint: disable=import-outside-toplevel
+  intrinsics = [o3d.core.Tensor(k) for k in np.asarray(cameras.intrinsic_matrix[:num_views])]
+  extrinsics = [o3d.core.Tensor(e) for e in np.asarray(cameras.camera_from_world[:num_views])]
+  return lambda: [o3d_cloud.project_to_rgbd_image(width, height, k, e, depth_scale=1.0,
+                                                  depth_max=100.0)
+                  for k, e in zip(intrinsics, extrinsics)]
+
+
+def numpy_draw(xyz_np, rgb_np, cameras, height, width, radius):
+  """A call drawing the first camera with Think3D's numpy method."""
+  intrinsic = np.asarray(cameras.intrinsic_matrix[0])
+  extrinsic = np.asarray(cameras.camera_from_world[0])
+  return lambda: render_numpy(xyz_np, rgb_np, intrinsic, extrinsic, height, width,
+                              splat_radius=radius)
 
 
 def copy_bandwidth(repeats: int) -> float:
@@ -90,12 +130,10 @@ def main(argv=None) -> None:
   xyz_np, rgb_np = np.asarray(cloud.xyz), np.asarray(cloud.rgb)
   print(f"scene: procedural room, {num_points:,} points\n")
 
-  o3d = None
+  o3d_cloud = None
   if not args.skip_open3d:
     try:
-      import open3d as o3d  # pylint: disable=import-outside-toplevel
-      o3d_cloud = o3d.t.geometry.PointCloud(o3d.core.Tensor(xyz_np))
-      o3d_cloud.point.colors = o3d.core.Tensor(rgb_np.astype(np.float32) / 255.0)
+      o3d_cloud = open3d_cloud(xyz_np, rgb_np)
     except ImportError:
       print("open3d not installed: its rows are skipped")
 
@@ -113,30 +151,24 @@ def main(argv=None) -> None:
       rows = []
       # jaxspatial first: Open3D's TBB workers spin after each call and steal the cores.
       for num_views, outputs in [(1, "rgbd"), (max(BATCHES), "rgbd"), (max(BATCHES), "all")]:
-        batch = jax.tree.map(lambda x: x[:num_views], cameras)
-        draw = rgbd_single if num_views == 1 else (rgbd_batch if outputs == "rgbd" else render_batch)
-        camera = jax.tree.map(lambda x: x[0], batch) if num_views == 1 else batch
-        ms = 1e3 * timed(lambda: draw(cloud, camera, height, width, radius), args.repeats)
-        ms /= num_views
+        _, ms = jaxspatial_view_ms(cloud, cameras, height, width, radius, num_views,
+                                   args.repeats, outputs)
         traffic = None
         if bandwidth:
+          batch = jax.tree.map(lambda x: x[:num_views], cameras)
           traffic = bytes_accessed(cloud, batch, height, width, radius, num_views) / num_views
         name = "jaxspatial " + ("single" if num_views == 1 else "batched")
         name += "" if outputs == "rgbd" else " (+index, instance)"
         rows.append((name, num_views, ms, traffic))
       baseline_name, baseline_ms = None, None
-      if radius == 0 and o3d is not None:
-        ms = 1e3 * timed(lambda: [o3d_cloud.project_to_rgbd_image(
-            width, height, o3d.core.Tensor(np.asarray(cameras.intrinsic_matrix[i])),
-            o3d.core.Tensor(np.asarray(cameras.camera_from_world[i])), depth_scale=1.0,
-            depth_max=100.0) for i in range(max(BATCHES))], args.repeats) / max(BATCHES)
+      if radius == 0 and o3d_cloud is not None:
+        ms = 1e3 * timed(open3d_draw(o3d_cloud, cameras, width, height, max(BATCHES)),
+                         args.repeats) / max(BATCHES)
         rows.insert(0, ("open3d project_to_rgbd_image", 1, ms, None))
         baseline_name, baseline_ms = "open3d", ms
       if not args.skip_numpy and radius == 1:
-        ms = 1e3 * timed(lambda: render_numpy(
-            xyz_np, rgb_np, np.asarray(cameras.intrinsic_matrix[0]),
-            np.asarray(cameras.camera_from_world[0]), height, width, splat_radius=radius),
-            args.numpy_repeats)
+        ms = 1e3 * timed(numpy_draw(xyz_np, rgb_np, cameras, height, width, radius),
+                         args.numpy_repeats)
         rows.insert(0, ("numpy, Think3D method (9 passes)", 1, ms, None))
         baseline_name, baseline_ms = "numpy", ms
       for name, num_views, ms, traffic in rows:

@@ -10,6 +10,12 @@ Agent recipes (launch/recipe.py): greedy accuracy per question family on `--spli
 
 from __future__ import annotations
 
+# Before anything starts the XLA backend (it reads XLA_FLAGS once).
+from jaxspatial import xla_workarounds
+
+xla_workarounds.apply()
+# pylint: disable=wrong-import-position
+
 import json
 import sys
 

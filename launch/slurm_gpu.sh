@@ -20,4 +20,6 @@ CONFIG=${1:?usage: sbatch launch/slurm_gpu.sh CONFIG [--config.key=value ...]}
 shift
 cd "${SLURM_SUBMIT_DIR:-$(dirname "$0")/..}"
 export XLA_PYTHON_CLIENT_MEM_FRACTION=${XLA_PYTHON_CLIENT_MEM_FRACTION:-0.9}
+# launch.train adds -nvptx-allow-ftz-atomics to XLA_FLAGS on jaxlib 0.10.2-0.11.0 (the f32
+# scatter-add CAS loop, jax #38806: jaxspatial/xla_workarounds.py)
 srun --kill-on-bad-exit=1 .venv/bin/python -m launch.train --config "$CONFIG" "$@"

@@ -10,6 +10,12 @@ and the evaluations so far; a run restarts from its last checkpoint and continue
 
 from __future__ import annotations
 
+# Before anything starts the XLA backend (it reads XLA_FLAGS once).
+from jaxspatial import xla_workarounds
+
+xla_workarounds.apply()
+# pylint: disable=wrong-import-position
+
 import dataclasses
 import json
 import os

@@ -156,6 +156,31 @@ def test_remat_gives_the_same_loss_and_gradients(checkpoint):
   for a, b in zip(remat[1], plain[1]):
     np.testing.assert_allclose(a, b, atol=1e-6, rtol=1e-5)
 
+  # one model serves rollouts and updates: a remat model runs inside a loop (nnx.remat,
+  # which writes the module back, raised TraceContextError there)
+  def in_loop(remat):
+    model = Qwen25VL.from_pretrained(folder, remat=remat)
+    run = nnx.jit(lambda m: jax.lax.fori_loop(0, 2, lambda i, acc: acc + m(
+        jnp.asarray(ids), jnp.asarray(mask), jnp.asarray(pixels), grids,
+        jnp.asarray(sequence_grids))[:, -1], jnp.zeros((2, 256))))
+    return np.asarray(run(model))
+
+  np.testing.assert_allclose(in_loop(True), in_loop(False), atol=1e-5)
+
+
+def test_remat_keeps_dropout_random_across_calls(checkpoint):
+  from jaxspatial.models import apply_lora  # pylint: disable=import-outside-toplevel
+  _, folder = checkpoint
+  model = Qwen25VL.from_pretrained(folder, remat=True)
+  apply_lora(model.language_model, ("q_proj",), 4, 8.0, 0.5, rngs=nnx.Rngs(1))
+  for layer in model.language_model.layers:  # non-zero adapters, so dropout shows
+    layer.self_attn.q_proj.lora_b[...] = jnp.ones_like(layer.self_attn.q_proj.lora_b[...])
+  ids = jnp.asarray(np.random.default_rng(8).integers(3, 240, (2, 6)))
+  grad = nnx.jit(lambda m: nnx.value_and_grad(
+      lambda m: jnp.sum(m(ids, jnp.ones_like(ids)) ** 2),
+      argnums=nnx.DiffState(0, nnx.LoRAParam))(m)[0])
+  assert float(grad(model)) != float(grad(model))  # the dropout counter moved on
+
 
 def test_bf16_grpo_step_runs_and_keeps_float32_master_weights(checkpoint):
   from jaxspatial.rl.objectives import PolicyLossConfig  # pylint: disable=import-outside-toplevel

@@ -102,6 +102,22 @@ class DecoderLayer(nnx.Module):
     return x + self.mlp(self.post_attention_layernorm(x)), cache
 
 
+def remat_call(module: nnx.Module, fn, x: Array) -> Array:
+  """fn(module, x) under `jax.checkpoint`: its activations are recomputed in the backward
+  pass. Only RNG state (dropout counters) is written back, so unlike `nnx.remat`, which
+  writes the whole module back, this also runs inside a rollout's while loop."""
+  graphdef, state = nnx.split(module)
+
+  def pure(state, x):
+    inner = nnx.merge(graphdef, state)
+    return fn(inner, x), nnx.state(inner, nnx.RngState)
+
+  y, rng_state = jax.checkpoint(pure)(state, x)
+  if jax.tree.leaves(rng_state):
+    nnx.update(module, rng_state)
+  return y
+
+
 def tied_logits(embed: nnx.Embed, hidden_BxLxC: Array) -> Array:
   """h E^T for a tied head, in the embedding's computation dtype, accumulated in float32."""
   table = embed.embedding[...]
@@ -142,7 +158,7 @@ class TextModel(nnx.Module):
     x = inputs_embeds_BxLxC
     for layer in self.layers:
       if self.remat:  # activations inside the layer are recomputed for the gradient
-        x = nnx.remat(lambda layer, x: layer(x, cos, sin, mask)[0])(layer, x)
+        x = remat_call(layer, lambda layer, x: layer(x, cos, sin, mask)[0], x)
       else:
         x, _ = layer(x, cos, sin, mask)
     return self.norm(x)

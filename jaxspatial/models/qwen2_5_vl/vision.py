@@ -23,7 +23,7 @@ from jaxspatial.models import sharding
 from jaxspatial.models.attention import attention, check_implementation
 from jaxspatial.models.qwen2_5_vl.config import VisionConfig
 from jaxspatial.models.qwen2_5_vl.rope import rotate_half
-from jaxspatial.models.qwen2_5_vl.text import RMSNorm, linear
+from jaxspatial.models.qwen2_5_vl.text import RMSNorm, linear, remat_call
 
 Array = jax.Array
 Grids = tuple[tuple[int, int, int], ...]
@@ -185,7 +185,7 @@ class VisionModel(nnx.Module):
     for index, block in enumerate(self.blocks):
       segments = frames if index in c.fullatt_block_indexes else windows
       if self.remat:
-        x = nnx.remat(lambda block, x: block(x, cos, sin, segments))(block, x)
+        x = remat_call(block, lambda block, x: block(x, cos, sin, segments), x)
       else:
         x = block(x, cos, sin, segments)
     merged = self.merger(x)
