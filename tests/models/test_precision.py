@@ -40,8 +40,9 @@ def _image_batch(rng):
 
 
 def _logits(model, ids, mask, pixels, grids, sequence_grids):
-  return np.asarray(model(jnp.asarray(ids), jnp.asarray(mask), jnp.asarray(pixels), grids,
-                          jnp.asarray(sequence_grids)))
+  forward = nnx.jit(lambda m, i, a, p, s: m(i, a, p, grids, s))  # one program, not op by op
+  return np.asarray(forward(model, jnp.asarray(ids), jnp.asarray(mask), jnp.asarray(pixels),
+                            jnp.asarray(sequence_grids)))
 
 
 def test_fused_attention_equals_the_einsum_path_and_transformers(checkpoint):
@@ -114,8 +115,8 @@ def test_bf16_logits_follow_float32_and_greedy_tokens_match_transformers(checkpo
     half = _logits(model, *batch)
     assert half.dtype == np.float32  # logits are float32 whatever the computation dtype
     np.testing.assert_allclose(half[real], full[real], atol=BF16_LOGIT_ATOL)
-    out = generate(model, jnp.asarray(prompts), jnp.ones((3, 7), jnp.int32), jax.random.key(0),
-                   config)
+    out = nnx.jit(lambda m, p, k: generate(m, p, jnp.ones_like(p), k, config))(
+        model, jnp.asarray(prompts), jax.random.key(0))
     np.testing.assert_array_equal(np.asarray(out.tokens)[:, :expected.shape[1]], expected)
 
 
@@ -129,9 +130,11 @@ def test_sampled_logprobs_equal_the_recomputed_old_logprobs(checkpoint, dtype, t
   prompts = jnp.asarray(np.random.default_rng(4).integers(3, 240, (4, 9)))
   config = SamplingConfig(max_new_tokens=12, temperature=1.0, pad_token=0,
                           cache_dtype=policy.cache_dtype)
-  out = generate(model, prompts, jnp.ones_like(prompts), jax.random.key(5), config)
+  out = nnx.jit(lambda m, p, k: generate(m, p, jnp.ones_like(p), k, config))(
+      model, prompts, jax.random.key(5))
   tokens = jnp.concatenate([prompts, out.tokens], 1)
-  recomputed = token_logprobs(model, tokens, jnp.ones_like(tokens), temperature=1.0)[:, 9:]
+  recomputed = nnx.jit(lambda m, t: token_logprobs(m, t, jnp.ones_like(t), temperature=1.0))(
+      model, tokens)[:, 9:]
   gap = np.abs(np.asarray(recomputed) - np.asarray(out.logprobs))
   assert gap.max() < tolerance, gap.max()
 
