@@ -25,6 +25,11 @@ def _pure(state) -> dict:
 class Checkpointer:
   def __init__(self, directory, keep: int = 3, best_metric: str | None = None,
                best_mode: str = "max", async_save: bool = True):
+    # Orbax reads max_to_keep=0 as "keep none": every step would be deleted right after it
+    # is saved, and a killed run would silently restart from step 0.
+    if not isinstance(keep, int) or isinstance(keep, bool) or keep < 1:
+      raise ValueError(f"Checkpointer: checkpoint.keep must be an integer >= 1 (the latest "
+                       f"steps kept under {directory}/latest), got {keep!r}")
     self.directory = pathlib.Path(directory).absolute()
     self.best_metric = best_metric
     options = ocp.CheckpointManagerOptions(max_to_keep=keep,

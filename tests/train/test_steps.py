@@ -124,3 +124,9 @@ def test_metrics_go_to_jsonl_and_tensorboard(tmp_path):
   events = list(tmp_path.glob("events.out.tfevents.*"))
   assert events and events[0].stat().st_size > 0
   json.dumps(rows)
+
+
+@pytest.mark.parametrize("keep", [0, -1, 1.5, None])
+def test_checkpoint_retention_below_one_step_is_refused(tmp_path, keep):
+  with pytest.raises(ValueError, match="checkpoint.keep must be an integer >= 1"):
+    Checkpointer(tmp_path, keep=keep)
