@@ -55,7 +55,7 @@ recipes: $(RUNTIME_STAMP) system-deps
 	$(PY) -m launch.train --config configs/peria_or_gigpo.py:cpu
 
 # Two pytest workers (pytest-xdist), whole files per worker: module fixtures stay shared.
-# On 2 CPU cores the suite takes about 22 minutes (426 tests; the budget is 25).
+# On 2 CPU cores the suite takes about 23 minutes (426 tests; the budget is 25: trim before adding).
 TEST_WORKERS ?= 2
 test: $(DEV_STAMP) system-deps
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile tests
