@@ -28,7 +28,8 @@ from jaxspatial.geometry.pointcloud import (
 
 __all__ = [
     "Camera", "PointCloud", "bucket_size", "concatenate", "fov_degrees",
-    "intrinsics_from_fov", "look_at", "make_transform", "morton_order", "pad_to", "pad_to_bucket",
+    "intrinsics_from_fov", "look_at", "make_transform",
+    "matmul", "morton_order", "pad_to", "pad_to_bucket",
     "project", "rigid_inverse", "rotation_about_axis", "round_half_away", "sort_spatially", "stack", "stack_cameras",
     "validate_point_cloud", "world_to_camera",
 ]

@@ -25,6 +25,13 @@ import jax.numpy as jnp
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
 
+def _getter(model_config):
+  """get(key, default) over a dict, a ConfigDict or an object with attributes."""
+  if hasattr(model_config, "get"):
+    return model_config.get
+  return lambda key, default: getattr(model_config, key, default)
+
+
 def _dtype(field: str, name: str):
   if name not in DTYPES:
     raise ValueError(f"model.{field}: expected one of {sorted(DTYPES)}, got {name!r}")
@@ -45,8 +52,7 @@ class Precision:
   def from_config(cls, model_config) -> "Precision":
     """From a config's `model` block (`dtype`, `param_dtype`, `cache_dtype`; float32 where
     a field is absent)."""
-    get = (model_config.get if hasattr(model_config, "get")
-           else lambda k, d: getattr(model_config, k, d))
+    get = _getter(model_config)
     return cls(dtype=get("dtype", "float32"), param_dtype=get("param_dtype", "float32"),
                cache_dtype=get("cache_dtype", "float32"))
 
@@ -78,7 +84,6 @@ class Precision:
 def model_options(model_config) -> dict:
   """`Qwen25VL(...)` / `Qwen25VL.from_pretrained(...)` keywords from a config's `model`
   block: the dtype policy, `attention` ("auto") and `remat` (False)."""
-  get = (model_config.get if hasattr(model_config, "get")
-         else lambda k, d: getattr(model_config, k, d))
+  get = _getter(model_config)
   return dict(**Precision.from_config(model_config).model_kwargs(),
               attention=get("attention", "auto"), remat=bool(get("remat", False)))
