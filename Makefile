@@ -6,7 +6,7 @@ PIP := $(PY) -m pip install --quiet --disable-pip-version-check -c constraints.t
 RUNTIME_STAMP := $(VENV)/.runtime-installed
 DEV_STAMP := $(VENV)/.dev-installed
 
-.PHONY: demo thinker3d recipes test bench device-bench system-deps clean
+.PHONY: install demo thinker3d recipes test train-checks bench device-bench system-deps clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +20,9 @@ $(RUNTIME_STAMP): pyproject.toml constraints.txt | $(PY)
 $(DEV_STAMP): pyproject.toml constraints.txt | $(PY)
 	$(PIP) -e '.[dev]'
 	touch $@ $(RUNTIME_STAMP)
+
+# The runtime install alone (cluster workers: launch/tpu_pod.sh).
+install: $(RUNTIME_STAMP)
 
 # open3d needs Debian's libusb-1.0-0 to import.
 system-deps:
@@ -59,6 +62,12 @@ recipes: $(RUNTIME_STAMP) system-deps
 TEST_WORKERS ?= 2
 test: $(DEV_STAMP) system-deps
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile tests
+
+# Every recipe (demo, Think3D-RL, Act3D, PERIA, 3DThinker stages 1 and 2) at tiny size through
+# the trainer: SIGKILL + resume equals an uninterrupted run, a NaN stops naming its step,
+# launch.eval reads the checkpoint, a 2-process jax.distributed run takes an RL step.
+train-checks: $(DEV_STAMP) system-deps
+	$(PY) -m pytest -m recipe_checks -n $(TEST_WORKERS) --dist load tests/recipes
 
 bench: $(DEV_STAMP) system-deps
 	$(PY) -m benchmarks.render_bench

@@ -56,66 +56,58 @@ def cost(fn, args) -> tuple[float, float]:
 
 
 def stage2_step_share() -> None:
-  """Times one stage-2 step's parts on the CPU variant, and the projector's forward."""
+  """Times one stage-2 step's parts (the trainer's RL step on the CPU variant, from an
+  untrained stage-1 checkpoint), and the projector's forward."""
   import tempfile  # pylint: disable=import-outside-toplevel
-  import time  # pylint: disable=import-outside-toplevel
 
   import numpy as np  # pylint: disable=import-outside-toplevel
 
-  from configs import thinker3d_stage2  # pylint: disable=import-outside-toplevel
-  from jaxspatial.models import apply_lora  # pylint: disable=import-outside-toplevel
-  from jaxspatial.rl.advantages import group_normalize  # pylint: disable=import-outside-toplevel
-  from jaxspatial.rl.objectives import PolicyLossConfig  # pylint: disable=import-outside-toplevel
-  from jaxspatial.train import (OptimizerConfig, ReferencePolicy, StepConfig,  # pylint: disable=import-outside-toplevel
-                                TrainBatch, batch_logprobs, make_optimizer, train_step, trainable)
-  from launch import thinker3d  # pylint: disable=import-outside-toplevel
+  from configs import thinker3d_stage1, thinker3d_stage2  # pylint: disable=import-outside-toplevel
+  from jaxspatial.train import (Checkpointer, ReferencePolicy, make_optimizer,  # pylint: disable=import-outside-toplevel
+                                mesh_from_config, rl_step)
+  from recipes.thinker3d import Thinker3D  # pylint: disable=import-outside-toplevel
 
+  root = tempfile.mkdtemp()
+  data = dict(train=32, test=8, cache=f"{root}/data")
+  first = thinker3d_stage1.get_config("cpu")
+  first.data.update(**data)
+  mesh = mesh_from_config(first.mesh)
+  with jax.set_mesh(mesh):
+    stage1 = Thinker3D(first)
+    policy = stage1.build(mesh)
+    optimizer = make_optimizer(policy, stage1.phases()[0].optimizer_config())
+  saver = Checkpointer(f"{root}/stage1/checkpoints")
+  saver.save(0, policy, optimizer, {"phase": "sft"})
+  saver.close()
   c = thinker3d_stage2.get_config("cpu")
-  c.data.update(train=32, test=8, cache=tempfile.mkdtemp())
-  job = thinker3d.build(c)
-  model = job.policy.model
-  apply_lora(model.language_model, tuple(c.optimizer.lora_targets), c.optimizer.lora_rank,
-             c.optimizer.lora_alpha, rngs=nnx.Rngs(0))
-  optimizer = make_optimizer(model, OptimizerConfig(learning_rate=1e-3),
-                             wrt=trainable(adapters_only=True))
+  c.data.update(**data)
+  c.init_from = f"{root}/stage1"
+  job = Thinker3D(c)
+  with jax.set_mesh(mesh):
+    model = job.build(mesh)
+  phase = job.phases()[0]
+  optimizer = make_optimizer(model, phase.optimizer_config(), phase.trainable, mesh=mesh)
   reference = ReferencePolicy.create("lora_disabled", model)
-  config = StepConfig(objective="grpo", temperature=c.rollout.temperature,
-                      loss=PolicyLossConfig(**c.objective))
   group = c.advantage.group_size
-  index = np.repeat(np.arange(c.prompts), group)
+  index = np.repeat(np.arange(c.rl.prompts), group)
 
   def parts(key):
     times = {}
-    start = time.perf_counter()
-    out = jax.block_until_ready(thinker3d.sample(job, job.train, index, key,
-                                                 c.rollout.temperature))
-    times["rollout (with rewards)"] = time.perf_counter() - start
-    advantages = group_normalize(out.reward.reshape(c.prompts, group), eps=c.advantage.eps)
-    batch = TrainBatch.from_completions(out, advantages.reshape(-1))
-    start = time.perf_counter()
-    batch = batch.replace(old_logprobs=jax.block_until_ready(
-        batch_logprobs(model, batch, c.rollout.temperature)))
-    times["old log-probs"] = time.perf_counter() - start
-    start = time.perf_counter()
-    batch = batch.replace(ref_logprobs=jax.block_until_ready(
-        reference.logprobs(model, batch, c.rollout.temperature)))
-    times["reference log-probs"] = time.perf_counter() - start
-    start = time.perf_counter()
-    jax.block_until_ready(train_step(model, optimizer, batch, config))
-    times["update"] = time.perf_counter() - start
-    return times, out
+    rl_step(job, phase, 0, key, model, optimizer, mesh, reference, timings=times)
+    return {"rollout (with rewards)": times["rollout"],
+            "old + reference log-probs": times["logprobs"], "update": times["update"]}
 
   parts(jax.random.PRNGKey(0))  # compile
-  runs = [parts(jax.random.PRNGKey(k))[0] for k in (1, 2, 3)]
+  runs = [parts(jax.random.PRNGKey(k)) for k in (1, 2, 3)]
   times = {name: float(np.median([r[name] for r in runs])) for name in runs[0]}
-  _, out = parts(jax.random.PRNGKey(4))
+  out = job.sample(job.train, index, jax.random.PRNGKey(4), c.rollout.temperature)
   rows = job.policy.image_embeddings(
       jnp.zeros((len(index), job.train.prompt_ids.shape[1], model.config.text.hidden_size)),
       jnp.asarray(job.train.prompt_ids[index]), 3)
   project = nnx.jit(lambda policy, latents, images: policy.project(latents, images))
   projector_s = timed(lambda: project(job.policy, out.latents, rows), 5)
   total = sum(times.values())
-  print(f"\nstage-2 GRPO step, CPU variant ({c.prompts} prompts x {group} samples, "
+  print(f"\nstage-2 GRPO step, CPU variant ({c.rl.prompts} prompts x {group} samples, "
         f"{len(index)} sequences of {out.tokens.shape[1]} slots; projector "
         f"{job.policy.projector.config.parameter_count():,} params)")
   print(f"{'part':<28}{'ms':>10}{'share':>9}")

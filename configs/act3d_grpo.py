@@ -40,11 +40,13 @@ def get_config(variant: str = "reference"):
                           format_weight=0.2, max_interactions=12, format_rule="paper",
                           grounding="all")
   c.rollout.update(max_turns=13, temperature=0.7)  # 12 interactions, then the answer
-  c.sft.update(steps=714, batch=16, learning_rate=1e-5)  # 2 epochs of 5,712
-  c.grpo.update(prompts=64, mini_batches=4, learning_rate=2e-6)
+  c.sft.update(steps=714, batch=16)  # 2 epochs of 5,712
+  c.sft.optimizer.learning_rate = 1e-5
+  c.rl.update(prompts=64, mini_batches=4)
+  c.rl.optimizer.learning_rate = 2e-6
   shrink_for_cpu(c)
   if variant == "cpu":
     c.reward.weights.max_interactions = 1
-    c.grpo.mini_batches = 2
+    c.rl.mini_batches = 2
     c.data.prompt_tokens = 600  # appendix C.1's system message is about 500 tiny tokens
   return c

@@ -1,4 +1,4 @@
-"""The fields every agent recipe (launch/recipe.py) reads, with the CPU variant's sizes.
+"""The fields every agent recipe (recipes/agents.py) reads, with the CPU variant's sizes.
 
 Each paper's config (think3d_rl.py, act3d_grpo.py, peria_or_gigpo.py) starts from
 `base(name, agent, variant)`, sets its published values, and ends with `shrink_for_cpu(c)`:
@@ -39,21 +39,26 @@ def base(name: str, agent: str, variant: str) -> ml_collections.ConfigDict:
   c.rollout = dict(max_turns=4, max_turn_tokens=1024, temperature=1.0, top_p=1.0,
                    constrained=False, repetition_penalty=1.0)
   c.reward = dict(weights={})
-  # sft.trajectories: a teacher trajectory file (data_pipelines/synthetic/teachers.py), or
-  # "scripted" for the synthetic dataset's scripted teacher
-  # decay, final_fraction, weight_decay_mask: see jaxspatial.train.OptimizerConfig
-  c.sft = dict(steps=0, batch=16, learning_rate=1e-5, warmup_ratio=0.0, clip_norm=1.0,
-               weight_decay=0.0, micro_batches=1, trajectories="", decay="cosine",
-               final_fraction=0.1, weight_decay_mask="all")
-  # steps -1: `data_epochs` passes over the training split's tasks
-  c.grpo = dict(steps=500, data_epochs=1.0, prompts=16, learning_rate=1e-6, warmup_ratio=0.0,
-                clip_norm=1.0, weight_decay=0.0, mini_batches=1, epochs=1, micro_batches=1,
-                decay="cosine", final_fraction=0.1, weight_decay_mask="all")
+  # The phases; `optimizer` is jaxspatial.train.OptimizerConfig (total_steps: the phase's
+  # updates). sft.steps 0: no SFT. sft.trajectories: a teacher trajectory file
+  # (data_pipelines/synthetic/teachers.py), or "scripted" for the synthetic dataset's
+  # scripted teacher. rl.steps -1: `rl.data_epochs` passes over the training split's tasks.
+  c.sft = dict(steps=0, batch=16, micro_batches=1, trajectories="",
+               optimizer=dict(learning_rate=1e-5, warmup_ratio=0.0, clip_norm=1.0,
+                              weight_decay=0.0, decay="cosine", final_fraction=0.1,
+                              weight_decay_mask="all"))
+  c.rl = dict(steps=500, data_epochs=1.0, prompts=16, mini_batches=1, epochs=1,
+              micro_batches=1,
+              optimizer=dict(learning_rate=1e-6, warmup_ratio=0.0, clip_norm=1.0,
+                             weight_decay=0.0, decay="cosine", final_fraction=0.1,
+                             weight_decay_mask="all"))
   c.eval = dict(batch=64, tasks=1024)
   c.checkpoint = dict(every=50, keep=3)
   c.log_every = 10
   c.snapshot_every = 100
   c.resume = True
+  c.resume_overrides = ()      # config keys a resumed run may change ("*": any)
+  c.faults = dict(kill_after_step=-1, sigterm_after_step=-1, nan_at_step=-1)  # tests
   return c
 
 
@@ -65,9 +70,10 @@ def shrink_for_cpu(c) -> ml_collections.ConfigDict:
     c.agent.update(width=96, height=72)  # the tiny dataset's views (Think3D renders with them)
     c.data.update(config="tiny", build=True, points=32_768, prompt_tokens=400)
     c.rollout.update(max_turns=2, max_turn_tokens=72)
-    c.sft.update(steps=100, batch=8, learning_rate=3e-3, warmup_ratio=0.1,
-                 trajectories="scripted")
-    c.grpo.update(steps=10, prompts=2, learning_rate=2e-4, warmup_ratio=0.1)
+    c.sft.update(steps=100, batch=8, trajectories="scripted")
+    c.sft.optimizer.update(learning_rate=3e-3, warmup_ratio=0.1)
+    c.rl.update(steps=10, prompts=2)
+    c.rl.optimizer.update(learning_rate=2e-4, warmup_ratio=0.1)
     c.eval.update(batch=16, tasks=32)
     c.checkpoint.update(every=10, keep=2)
     c.log_every = 5

@@ -9,7 +9,7 @@ Qwen2.5-VL-shaped policy (2 layers, width 128) with a 600-token BPE trained on t
 templates, 56x56 renders (4 vision tokens), a one-box scene
 (data_pipelines/synthetic/look_around.py), at most one camera move (Act3D's turn_left /
 turn_right, 90-degree steps) before answering, and turns of at most 40 tokens. Outputs under `workdir`: metrics.jsonl and TensorBoard events,
-reward_curve.png, rollouts.html (test episodes), results.json, checkpoints/.
+curve.png, rollouts.html (test episodes), results.json, checkpoints/.
 """
 
 import ml_collections
@@ -17,6 +17,9 @@ import ml_collections
 
 def get_config() -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
+  c.recipe = "look_around"     # recipes/look_around.py
+  c.name = "demo"
+  c.variant = "cpu"
   c.seed = 0
   c.workdir = "outputs/demo"
   c.mesh = dict(data=-1, fsdp=1, tensor=1)      # -1: all devices
@@ -27,16 +30,22 @@ def get_config() -> ml_collections.ConfigDict:
                  attention="auto", remat=False)
   c.scene = dict(width=56, height=56, hfov_deg=90.0, points=6000, turn_step_deg=90.0)
   c.data = dict(train_tasks=480, test_tasks=240, sft_trajectories=384)
-  c.rollout = dict(max_turns=2, max_turn_tokens=40, temperature=1.0)
-  c.sft = dict(steps=400, batch=16, learning_rate=3e-3, warmup=20, micro_batches=1)
-  c.grpo = dict(steps=120, prompts=8, group=8, learning_rate=2e-4, warmup=5, micro_batches=1,
-                epsilon=0.2, beta=0.0, updates_per_batch=1)
+  c.rollout = dict(max_turns=2, max_turn_tokens=40, temperature=1.0)   # RolloutConfig
+  # The phases; `optimizer` is jaxspatial.train.OptimizerConfig (total_steps: the phase's).
+  c.sft = dict(steps=400, batch=16, micro_batches=1,
+               optimizer=dict(learning_rate=3e-3, warmup_steps=20, clip_norm=1.0))
+  c.rl = dict(steps=120, prompts=8, mini_batches=1, epochs=1, micro_batches=1,
+              optimizer=dict(learning_rate=2e-4, warmup_steps=5, clip_norm=1.0))
+  c.objective = dict(epsilon_low=0.2, epsilon_high=0.2, beta=0.0,     # PolicyLossConfig
+                     aggregation="sequence-mean-token-mean")
+  c.advantage = dict(estimator="grpo", group_size=8, ddof=1, eps=1e-6)  # AdvantageConfig
   c.eval = dict(batch=80)
   c.checkpoint = dict(every=50, keep=2)
   c.log_every = 10
   c.snapshot_every = 60        # GRPO steps between rollout HTML snapshots
   c.resume = True
+  c.resume_overrides = ()      # config keys a resumed run may change ("*": any)
   c.evaluate = True
-  c.kill_after_step = -1       # tests: SIGKILL the process right after this step's save
-  c.inject_nan_step = -1       # tests: NaN advantages at this GRPO step (1-based, as logged)
+  # tests: SIGKILL / SIGTERM the process after this step; a NaN loss at this step
+  c.faults = dict(kill_after_step=-1, sigterm_after_step=-1, nan_at_step=-1)
   return c

@@ -40,12 +40,14 @@ def get_config(variant: str = "reference"):
                      omega=1.0, delta=0.9)
   c.rollout.update(max_turns=11, temperature=1.0)
   c.agent.max_images = 11  # image 0 and one per tool call
-  c.sft.update(steps=500, batch=32, learning_rate=1e-5)
+  c.sft.update(steps=500, batch=32)
+  c.sft.optimizer.learning_rate = 1e-5
   # verl's cosine schedule (min_lr_ratio 0) after 5% warm-up; AdamW over all parameters
-  c.grpo.update(learning_rate=1e-6, warmup_ratio=0.05, prompts=16, decay="cosine",
-                final_fraction=0.0)
+  c.rl.prompts = 16
+  c.rl.optimizer.update(learning_rate=1e-6, warmup_ratio=0.05, decay="cosine",
+                        final_fraction=0.0)
   shrink_for_cpu(c)
   if variant == "cpu":
-    c.grpo.prompts = 4
+    c.rl.prompts = 4
     c.data.prompt_tokens = 600  # the system message describes six tools: ~450 tiny tokens
   return c

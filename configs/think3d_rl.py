@@ -42,9 +42,9 @@ def get_config(variant: str = "reference"):
   c.rollout.update(max_turns=3, temperature=0.6, repetition_penalty=1.1)
   # ms-swift is a Hugging Face Trainer: its cosine schedule decays to 0, and weight decay
   # skips biases and norms.
-  c.grpo.update(steps=-1, data_epochs=1.0, learning_rate=1e-6, warmup_ratio=0.05,
-                clip_norm=0.5, prompts=16, decay="cosine", final_fraction=0.0,
-                weight_decay_mask="transformers")
+  c.rl.update(steps=-1, data_epochs=1.0, prompts=16)
+  c.rl.optimizer.update(learning_rate=1e-6, warmup_ratio=0.05, clip_norm=0.5, decay="cosine",
+                        final_fraction=0.0, weight_decay_mask="transformers")
   shrink_for_cpu(c)
   if variant == "cpu":
     c.data.prompt_tokens = 512  # the system message and up to 8 input views of 96 x 72

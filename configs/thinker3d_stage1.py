@@ -29,48 +29,60 @@ REFERENCE_MODEL = dict(dtype="bfloat16", param_dtype="float32", cache_dtype="bfl
 TRAINER = dict(decay="linear", final_fraction=0.0, weight_decay_mask="transformers")
 
 
+def trainer_settings(c: ml_collections.ConfigDict) -> None:
+  """What the trainer reads, for both stages and variants (jaxspatial/train/trainer.py)."""
+  c.mesh = dict(data=-1, fsdp=1, tensor=1)      # -1: all devices
+  c.checkpoint = dict(every=100, keep=2)
+  c.log_every = 10
+  c.resume = True
+  c.resume_overrides = ()
+  c.evaluate = True
+  c.faults = dict(kill_after_step=-1, sigterm_after_step=-1, nan_at_step=-1)  # tests
+
+
 def cpu_settings(c: ml_collections.ConfigDict) -> None:
   """The synthetic task and the tiny policy, shared by both stages' cpu variants."""
-  c.mesh = dict(data=-1, fsdp=1, tensor=1)      # -1: all devices
+  trainer_settings(c)
   c.model = dict(hidden=128, intermediate=256, layers=2, heads=4, kv_heads=2, vision_depth=2,
                  vision_hidden=64, vocab=500, dtype="float32", param_dtype="float32",
                  cache_dtype="float32", attention="auto", remat=False)
   c.scene = dict(width=56, height=56, hfov_deg=90.0, points=6000)
   c.data = dict(train=384, test=96, cache="outputs/thinker3d_data")
   c.features = dict(grid=4, channels=32)           # stand-in: 5 + 16 tokens
+  c.model.frozen = ("visual",)
   c.rollout = dict(max_new_tokens=48, temperature=1.0)  # stage 2's, as the reference
   c.eval = dict(batch=48)
-  c.checkpoint = dict(every=100, keep=2)
-  c.log_every = 10
-  c.resume = True
-  c.evaluate = True
-  c.micro_batches = 1
 
 
 def get_config(variant: str = "reference") -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
-  c.recipe = "thinker3d"
+  c.recipe = "thinker3d"         # recipes/thinker3d.py
+  c.name = "thinker3d_stage1"
   c.stage = 1
   c.variant = variant
   c.seed = 0
-  c.loss = dict(ce_weight=0.1, alignment_weight=0.0005, mode="mse")
+  c.loss = dict(ce_weight=0.1, alignment_weight=0.0005, mode="mse")   # Stage1Config
   c.latents = dict(num_latents=12)
-  c.freeze_vision = True
   if variant == "reference":
+    trainer_settings(c)
     c.workdir = "outputs/thinker3d_stage1"
-    c.model = dict(REFERENCE_MODEL)
+    c.model = dict(REFERENCE_MODEL, frozen=("visual",))
+    c.rollout = dict(max_new_tokens=2048, temperature=1.0)  # evaluation, as stage 2 samples
+    c.eval = dict(batch=8)
     c.projector = dict(mlp_depth=6, mm_hidden_size=2048, hidden_size=2048, latent_size=12,
                        fusion_input=391, fusion_output=1374, latent_tokens=64)
-    c.optimizer = dict(learning_rate=1e-4, warmup_steps=10, weight_decay=0.01, **TRAINER)
-    c.epochs = 10
-    c.batch = 1
+    # steps -1: `data_epochs` passes over the training examples; per-device batch 1 on the
+    # paper's 8 GPUs: a global batch of 8
+    c.sft = dict(steps=-1, data_epochs=10, batch=8, micro_batches=1,
+                 optimizer=dict(learning_rate=1e-4, warmup_steps=10, weight_decay=0.01,
+                                clip_norm=1.0, **TRAINER))
     return c
   if variant != "cpu":
     raise ValueError(f"thinker3d_stage1: variant must be 'reference' or 'cpu', got {variant!r}")
   cpu_settings(c)
   c.workdir = "outputs/thinker3d_stage1_cpu"
   c.projector = dict(mlp_depth=3, latent_tokens=64)  # widths follow the model and features
-  c.optimizer = dict(learning_rate=2e-3, warmup_steps=20, weight_decay=0.01, **TRAINER)
-  c.steps = 300
-  c.batch = 16
+  c.sft = dict(steps=300, batch=16, micro_batches=1,
+               optimizer=dict(learning_rate=2e-3, warmup_steps=20, weight_decay=0.01,
+                              clip_norm=1.0, **TRAINER))
   return c

@@ -21,12 +21,13 @@ Qwen2.5-VL-3B weights or 3DThinker data).
 
 import ml_collections
 
-from configs.thinker3d_stage1 import REFERENCE_MODEL, TRAINER, cpu_settings
+from configs.thinker3d_stage1 import REFERENCE_MODEL, TRAINER, cpu_settings, trainer_settings
 
 
 def get_config(variant: str = "reference") -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
-  c.recipe = "thinker3d"
+  c.recipe = "thinker3d"         # recipes/thinker3d.py
+  c.name = "thinker3d_stage2"
   c.stage = 2
   c.variant = variant
   c.seed = 0
@@ -35,13 +36,20 @@ def get_config(variant: str = "reference") -> ml_collections.ConfigDict:
   c.advantage = dict(estimator="grpo", ddof=1, eps=1e-4, group_size=8)
   c.reward = dict(name="thinker3d", token_axis_quirk=False, latent_fallback="after_header")
   c.latents = dict(num_latents=12)
-  c.optimizer = dict(learning_rate=1e-5, warmup_steps=0, weight_decay=0.0, lora_rank=64,
-                     lora_alpha=128, lora_dropout=0.05,
-                     lora_targets=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
-                                   "up_proj", "down_proj", "lm_head"), **TRAINER)
+  lora = dict(rank=64, alpha=128, dropout=0.05,
+              targets=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                       "down_proj", "lm_head"))
+  # One epoch; per device 1 completion x 2 accumulation on 8 GPUs: 16 completions (2
+  # prompts x 8 generations) an update, in 2 micro-batches.
+  c.rl = dict(steps=-1, data_epochs=1, prompts=2, mini_batches=1, epochs=1, micro_batches=2,
+              optimizer=dict(learning_rate=1e-5, warmup_steps=0, weight_decay=0.0,
+                             clip_norm=1.0, **TRAINER))
   if variant == "reference":
+    trainer_settings(c)
+    c.eval = dict(batch=8)
     c.workdir = "outputs/thinker3d_stage2"
-    c.model = dict(REFERENCE_MODEL)
+    c.init_from = "outputs/thinker3d_stage1"
+    c.model = dict(REFERENCE_MODEL, lora=lora)
     c.rollout = dict(temperature=1.0, max_new_tokens=2048)
     return c
   if variant != "cpu":
@@ -51,9 +59,8 @@ def get_config(variant: str = "reference") -> ml_collections.ConfigDict:
   c.init_from = "outputs/thinker3d_stage1_cpu"
   c.loss = dict(ce_weight=0.1, alignment_weight=0.0005, mode="mse")  # held-out evaluation
   c.projector = dict(mlp_depth=3, latent_tokens=64)
-  c.freeze_vision = True
-  c.optimizer.update(learning_rate=5e-4, warmup_steps=2, lora_rank=8, lora_alpha=16,
-                     lora_dropout=0.0)  # dropout 0: rollout and update see one policy
-  c.steps = 40
-  c.prompts = 4
+  c.model.lora = dict(lora, rank=8, alpha=16, dropout=0.0)  # dropout 0: rollout and update
+                                                            # see one policy
+  c.rl.update(steps=40, prompts=4, micro_batches=1)
+  c.rl.optimizer.update(learning_rate=5e-4, warmup_steps=2)
   return c

@@ -20,7 +20,7 @@ import jax
 import numpy as np
 
 from data_pipelines.synthetic.questions import FAMILIES, LETTERS
-from jaxspatial.envs import Task
+from jaxspatial.envs import Task, decode_text  # noqa: F401 (re-exported: readers use it)
 from jaxspatial.geometry import Camera, PointCloud, bucket_size
 
 MAX_VIEWS = 8
@@ -56,11 +56,6 @@ def answer_rows(question: dict, scene_seed) -> np.ndarray:
   for r, answer in enumerate(answers):
     rows[r] = encode_text(answer, MAX_ANSWER_BYTES)
   return rows
-
-
-def decode_text(ids) -> str:
-  ids = np.asarray(ids)
-  return bytes(ids[ids >= 0].astype(np.uint8).tolist()).decode("utf-8")
 
 
 def _pad(array: np.ndarray, length: int, fill) -> np.ndarray:

@@ -19,7 +19,7 @@ from flax import nnx
 from ml_collections import config_flags
 
 from jaxspatial.rollout import episode
-from launch import rollout_setup
+from recipes import rollout_demo as rollout_setup
 
 def _fmt_bytes(n: float) -> str:
   for unit in ("B", "KiB", "MiB", "GiB"):

@@ -14,7 +14,7 @@ from absl import app
 from ml_collections import config_flags
 
 from jaxspatial.rollout import episode, viewer
-from launch import rollout_setup
+from recipes import rollout_demo as rollout_setup
 
 def run(c) -> pathlib.Path:
   s = rollout_setup.build(c)

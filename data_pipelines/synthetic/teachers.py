@@ -1,5 +1,5 @@
 """Scripted teacher trajectories for the synthetic dataset: the SFT data format, and data
-that `launch.recipe` can train on without a frontier-model teacher.
+that the agent recipe (recipes/agents.py) can train on without a frontier-model teacher.
 
 A trajectory file is JSON lines, one episode each:
 

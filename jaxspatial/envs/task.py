@@ -143,3 +143,9 @@ def _pad_ids(name: str, ids, length: int) -> Array:
   out = np.full(length, -1, np.int32)
   out[: len(ids)] = ids
   return jnp.asarray(out)
+
+
+def decode_text(ids) -> str:
+  """A task's -1-padded byte ids (question, answers) as text."""
+  ids = np.asarray(ids)
+  return bytes(ids[ids >= 0].astype(np.uint8).tolist()).decode("utf-8")

@@ -58,3 +58,23 @@ def place(param, host_array):
     param.set_value(jnp.asarray(value))
   else:  # a PartitionSpec places onto the mesh set by `jax.set_mesh`
     param.set_value(jax.device_put(value, PartitionSpec(*names)))
+
+
+def global_batch(local_tree, mesh):
+  """Global arrays (leading axis over ('data', 'fsdp')) from each process's own rows."""
+  from jax.sharding import NamedSharding  # pylint: disable=import-outside-toplevel
+  spec = NamedSharding(mesh, PartitionSpec(("data", "fsdp")))
+  return jax.tree.map(
+      lambda x: jax.make_array_from_process_local_data(spec, np.asarray(x)), local_tree)
+
+
+def local_rows(array) -> np.ndarray:
+  """This process's rows of a global array (all of them on one host), as numpy."""
+  shards = sorted(array.addressable_shards, key=lambda s: s.index[0].start or 0)
+  rows, seen = [], set()
+  for shard in shards:
+    start = shard.index[0].start or 0
+    if start not in seen:
+      seen.add(start)
+      rows.append(np.asarray(shard.data))
+  return np.concatenate(rows)

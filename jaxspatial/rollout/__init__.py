@@ -9,13 +9,15 @@ from jaxspatial.rollout.episode import (RolloutConfig, check_replay, check_turn_
 from jaxspatial.rollout.host_loop import host_rollout
 from jaxspatial.rollout.observation import ObservationTemplate, compile_template
 from jaxspatial.rollout.parse import ParsedTurn, parse_turn, walk_states
+from jaxspatial.rollout.registry import AGENTS, make_agent
+from jaxspatial.rollout.runner import AgentRollout
 from jaxspatial.rollout.prompts import chat_prompt, left_padded, left_padded_views
 from jaxspatial.rollout.trajectory import Trajectory
 from jaxspatial.rollout.viewer import trajectory_html
 
-__all__ = ["Act3DAgent", "Grammar", "ObservationTemplate", "ParsedTurn", "PeriaAgent",
+__all__ = ["AGENTS", "Act3DAgent", "AgentRollout", "Grammar", "ObservationTemplate", "ParsedTurn", "PeriaAgent",
            "RolloutConfig", "Think3DAgent", "TokenAutomaton", "Trajectory", "allowed_tokens",
            "chat_prompt", "check_replay", "check_turn_budget", "compile_rollout",
            "compile_template", "compile_token_automaton", "forced_tokens", "grammars",
-           "host_parse", "host_rollout", "image_tokens", "left_padded", "left_padded_views",
+           "host_parse", "host_rollout", "image_tokens", "left_padded", "left_padded_views", "make_agent",
            "parse_turn", "rollout", "token_bytes", "trajectory_html", "walk_states"]

@@ -30,14 +30,17 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxspatial.envs import act3d, think3d
 from jaxspatial.rl.rewards import device_text
 from jaxspatial.rl.rewards.papers import Act3DRewardConfig, Think3DRewardConfig, act3d_reward
-from jaxspatial.rollout import grammars
+from jaxspatial.envs.task import decode_text
+from jaxspatial.rollout import grammars, prompts
 from jaxspatial.rollout.automaton import Grammar
 from jaxspatial.rollout.peria_agent import PERIA_OBSERVATION, PeriaAgent  # noqa: F401 (re-exported)
 
@@ -53,6 +56,30 @@ class Act3DAgent:
   params: act3d.Act3DParams = act3d.Act3DParams()
   reward_config: Act3DRewardConfig = Act3DRewardConfig()
   max_distance: int = 360
+  system_prompt: str = prompts.ACT3D_SYSTEM
+
+  name: ClassVar[str] = "act3d"
+  accuracy_key: ClassVar[str] = "judge"   # the reward component that is "correct"
+  input_views: ClassVar[bool] = False     # the first prompt holds one render, not the views
+
+  @classmethod
+  def from_config(cls, agent, max_turns: int, reward_weights=None) -> "Act3DAgent":
+    """From a config's `agent` block (width, height, hfov_deg) and the turn budget."""
+    return cls(act3d.Act3DParams(width=agent.width, height=agent.height,
+                                 hfov_deg=agent.hfov_deg, max_interactions=max_turns - 1),
+               Act3DRewardConfig(**(reward_weights or {})))
+
+  def first_prompts(self, tokenizer, tasks, image_tokens: int, length: int | None = None):
+    """(ids, mask) of the tasks' first turns: appendix C.1's user text after the render."""
+    texts = [prompts.chat_prompt(self.system_prompt, prompts.act3d_user_text(
+        decode_text(tasks.question_ids[row]), tasks.scene_min[row], tasks.scene_max[row]),
+        image_tokens) for row in range(len(tasks.question_ids))]
+    return prompts.left_padded(tokenizer, texts, length)
+
+  def host_rewards(self, rows, tokenizer):
+    """Rewards that need the model's text ([B] numpy), or None: the device's reward."""
+    del rows, tokenizer
+    return None
 
   @functools.cached_property
   def grammar(self) -> Grammar:
@@ -155,6 +182,32 @@ class Think3DAgent:
   reward_config: Think3DRewardConfig = Think3DRewardConfig()
   max_cameras: int = 8
   views: str = "free"
+  system_prompt: str = prompts.THINK3D_SYSTEM
+
+  name: ClassVar[str] = "think3d"
+  accuracy_key: ClassVar[str] = "correct"
+  input_views: ClassVar[bool] = True
+
+  @classmethod
+  def from_config(cls, agent, max_turns: int, reward_weights=None) -> "Think3DAgent":
+    """From a config's `agent` block (width, height, input_views, views)."""
+    return cls(think3d.Think3DParams(width=agent.width, height=agent.height,
+                                     max_rounds=max_turns - 1,
+                                     num_prompt_images=agent.input_views),
+               Think3DRewardConfig(**(reward_weights or {})), views=agent.views)
+
+  def first_prompts(self, tokenizer, tasks, image_tokens: int, length: int | None = None):
+    """(ids, mask): the task's first `num_prompt_images` input views (padding views
+    masked), then the question."""
+    views = self.params.num_prompt_images
+    users = [decode_text(q) for q in tasks.question_ids]
+    return prompts.left_padded_views(tokenizer, self.system_prompt, users, image_tokens,
+                                     views, np.minimum(tasks.num_input_cameras, views),
+                                     length)
+
+  def host_rewards(self, rows, tokenizer):
+    del rows, tokenizer
+    return None
 
   @functools.cached_property
   def grammar(self) -> Grammar:

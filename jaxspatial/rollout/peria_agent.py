@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -24,7 +25,8 @@ import numpy as np
 from jaxspatial.envs import peria
 from jaxspatial.rl.rewards import device_text
 from jaxspatial.rl.rewards.papers import peria_reward, peria_reward_text
-from jaxspatial.rollout import grammars
+from jaxspatial.envs.task import decode_text
+from jaxspatial.rollout import grammars, prompts
 from jaxspatial.rollout.automaton import Grammar
 
 
@@ -63,6 +65,32 @@ class PeriaAgent:
   params: peria.PeriaParams = peria.PeriaParams()
   continue_on_format_error: bool = True
   coordinate_format: str = "list"
+  system_prompt: str = prompts.PERIA_SYSTEM
+
+  name: ClassVar[str] = "peria"
+  accuracy_key: ClassVar[str] = "correct"
+  input_views: ClassVar[bool] = False
+
+  @classmethod
+  def from_config(cls, agent, max_turns: int, reward_weights=None) -> "PeriaAgent":
+    """From a config's `agent` block (width, height, hfov_deg, max_images)."""
+    del reward_weights  # PERIA's reward has no weights
+    return cls(peria.PeriaParams(width=agent.width, height=agent.height,
+                                 hfov_deg=agent.hfov_deg, max_images=agent.max_images,
+                                 max_turns=max_turns))
+
+  def first_prompts(self, tokenizer, tasks, image_tokens: int, length: int | None = None):
+    """(ids, mask): "Observation 0:" before the image, then the question (the public
+    pipeline's first user message)."""
+    texts = [prompts.peria_prompt(self.system_prompt, decode_text(q), image_tokens)
+             for q in tasks.question_ids]
+    return prompts.left_padded(tokenizer, texts, length)
+
+  def host_rewards(self, rows, tokenizer):
+    """R_rep + R_format from the model text + the device's R_correct (`text_rewards`);
+    `rows` is this process's trajectory rows as numpy."""
+    return text_rewards(rows.tokens, rows.loss_mask, rows.turn_active.sum(-1),
+                        rows.reward_components["correct"], tokenizer)
 
   def __post_init__(self):
     if self.coordinate_format not in grammars.PERIA_COORDINATES:

@@ -15,8 +15,8 @@ from __future__ import annotations
 import os
 
 import jax
-import numpy as np
-from jax.sharding import NamedSharding, PartitionSpec
+
+from jaxspatial.models.sharding import global_batch  # noqa: F401 (re-exported)
 
 
 def initialize_from_env(environ=None) -> tuple[int, int]:
@@ -44,9 +44,4 @@ def process_rows(global_rows: int, process: int | None = None,
   share = global_rows // count
   return slice(process * share, (process + 1) * share)
 
-
-def global_batch(local_tree, mesh):
-  """Global arrays (leading axis over ('data', 'fsdp')) from each process's own rows."""
-  sharding = NamedSharding(mesh, PartitionSpec(("data", "fsdp")))
-  return jax.tree.map(
-      lambda x: jax.make_array_from_process_local_data(sharding, np.asarray(x)), local_tree)
+__all__ = ["global_batch", "initialize_from_env", "process_rows"]

@@ -11,6 +11,7 @@ on the episode's last turn.
 from __future__ import annotations
 
 import dataclasses
+import time
 
 import jax
 import jax.numpy as jnp
@@ -69,17 +70,23 @@ def advantages(trajectory, rewards_B: Array, config: AdvantageConfig) -> Array:
 
 
 def update(model, optimizer, batch: TrainBatch, config: StepConfig, mesh, reference=None,
-           mini_batches: int = 1, epochs: int = 1) -> dict:
+           mini_batches: int = 1, epochs: int = 1, timings: dict | None = None) -> dict:
   """Old (and reference) log-probabilities, then `epochs` x `mini_batches` optimizer steps.
-  Returns the last step's metrics, with `finite` False if any step was refused."""
+  Returns the last step's metrics, with `finite` False if any step was refused. With
+  `timings`, the seconds of the log-probabilities and of the updates are recorded."""
   if batch.batch_size % mini_batches:
     raise ValueError(f"update: batch {batch.batch_size} does not split into {mini_batches} "
                      "mini-batches")
+  started = time.perf_counter()
   with jax.set_mesh(mesh):
     old = batch_logprobs(model, batch, config.temperature)
     if reference is not None:
       batch = batch.replace(ref_logprobs=reference.logprobs(model, batch, config.temperature))
   batch = batch.replace(old_logprobs=old)
+  if timings is not None:
+    jax.block_until_ready(batch)
+    timings["logprobs"] = time.perf_counter() - started
+    started = time.perf_counter()
   size = batch.batch_size // mini_batches
   finite = True
   metrics = {}
@@ -91,4 +98,6 @@ def update(model, optimizer, batch: TrainBatch, config: StepConfig, mesh, refere
       finite = finite and bool(metrics["finite"])
       if not finite:
         return {**metrics, "finite": jnp.asarray(False)}
+  if timings is not None:
+    timings["update"] = time.perf_counter() - started
   return metrics

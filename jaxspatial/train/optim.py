@@ -31,6 +31,7 @@ _NO_DECAY_NAMES = ("bias", "layernorm", "rmsnorm")
 class OptimizerConfig:
   learning_rate: float = 1e-5
   warmup_steps: int = 0
+  warmup_ratio: float = 0.0       # or the warm-up as a fraction of total_steps (not both)
   total_steps: int = 1000
   final_fraction: float = 0.1     # the decay ends at this fraction of the peak
   decay: str = "cosine"           # or "linear" (transformers' default scheduler)
@@ -46,10 +47,21 @@ class OptimizerConfig:
     if self.weight_decay_mask not in WEIGHT_DECAY_MASKS:
       raise ValueError(f"OptimizerConfig.weight_decay_mask: expected one of "
                        f"{WEIGHT_DECAY_MASKS}, got {self.weight_decay_mask!r}")
+    if self.warmup_steps and self.warmup_ratio:
+      raise ValueError(f"OptimizerConfig: give warmup_steps ({self.warmup_steps}) or "
+                       f"warmup_ratio ({self.warmup_ratio}), not both")
+    if not 0.0 <= self.warmup_ratio < 1.0:
+      raise ValueError(f"OptimizerConfig.warmup_ratio: expected a fraction in [0, 1), got "
+                       f"{self.warmup_ratio}")
+
+  @property
+  def warmup(self) -> int:
+    """The warm-up in updates (`warmup_ratio` of `total_steps`, rounded, when given)."""
+    return self.warmup_steps or int(round(self.warmup_ratio * self.total_steps))
 
 
 def schedule(config: OptimizerConfig) -> optax.Schedule:
-  peak, warmup = config.learning_rate, config.warmup_steps
+  peak, warmup = config.learning_rate, config.warmup
   end = peak * config.final_fraction
   if config.decay == "cosine":
     return optax.warmup_cosine_decay_schedule(0.0 if warmup else peak, peak, warmup,

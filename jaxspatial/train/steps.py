@@ -9,14 +9,15 @@ single pass over the whole batch gives.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 from flax import nnx, struct
 
-from jaxspatial.rl.objectives import PolicyLossConfig, policy_loss
+from jaxspatial.rl.objectives import PolicyLossConfig
 from jaxspatial.train.logprobs import token_logprobs
-from jaxspatial.train.thinker3d import Stage1Config, stage1_loss_parts
+from jaxspatial.train.losses import get_loss
 
 Array = jax.Array
 
@@ -66,36 +67,21 @@ class TrainBatch:
 
 @dataclasses.dataclass(frozen=True)
 class StepConfig:
-  objective: str = "sft"                 # "sft", "grpo" or "thinker3d_stage1"
+  objective: str = "sft"                 # a name in the loss registry (train/losses.py)
   loss: PolicyLossConfig = PolicyLossConfig()
-  stage1: Stage1Config | None = None     # "thinker3d_stage1": the model is a Thinker3DPolicy
+  options: Any = None                    # the objective's own settings (hashable), e.g.
+                                         # 3DThinker stage 1's Stage1Config
   temperature: float = 1.0               # the rollout's, for GRPO log-probabilities
   micro_batches: int = 1
+  inject_nan: bool = False               # fault injection: a NaN loss (tests of the guard)
 
 
 def loss_parts(model, batch: TrainBatch, config: StepConfig):
-  """(loss sum, (denominator, metrics)) of one (micro-)batch."""
-  if config.objective == "sft":
-    logp = token_logprobs(model, batch.tokens, batch.attention_mask, batch.images)
-    mask = batch.loss_mask.astype(jnp.float32)
-    total = -jnp.sum(logp * mask)
-    return total, (jnp.sum(mask), {"tokens": jnp.sum(mask)})
-  if config.objective == "grpo":
-    logp, entropy = token_logprobs(model, batch.tokens, batch.attention_mask, batch.images,
-                                   config.temperature, with_entropy=True)
-    advantages = (batch.advantages if batch.advantages.ndim == 2  # per token (OR-GIGPO)
-                  else jnp.broadcast_to(batch.advantages[:, None], logp.shape))
-    total, denominator, metrics = policy_loss(
-        logp, batch.old_logprobs, advantages, batch.loss_mask, config.loss,
-        ref_logp_BxL=batch.ref_logprobs if config.loss.beta > 0 else None, entropy_BxL=entropy)
-    return total, (denominator, metrics)
-  if config.objective == "thinker3d_stage1":
-    if config.stage1 is None or batch.features is None:
-      raise ValueError("StepConfig: 'thinker3d_stage1' needs StepConfig.stage1 and a batch "
-                       "with target features")
-    return stage1_loss_parts(model, batch, config.stage1)
-  raise ValueError("StepConfig.objective: expected 'sft', 'grpo' or 'thinker3d_stage1', got "
-                   f"{config.objective!r}")
+  """(loss sum, (denominator, metrics)) of one (micro-)batch, by the registered objective."""
+  total, (denominator, metrics) = get_loss(config.objective)(model, batch, config)
+  if config.inject_nan:
+    total = total + jnp.nan
+  return total, (denominator, metrics)
 
 
 def _slice(batch: TrainBatch, index: int, size: int) -> TrainBatch:

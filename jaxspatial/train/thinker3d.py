@@ -21,6 +21,7 @@ import numpy as np
 
 from jaxspatial.models.latent3d import LATENT_PAD, expand_output_3d, latent_positions
 from jaxspatial.models.projector3d import alignment_loss
+from jaxspatial.train.losses import register_loss
 
 Array = jax.Array
 
@@ -50,6 +51,16 @@ def stage1_terms(policy, batch, config: Stage1Config):
   alignment = jax.vmap(lambda p, t: alignment_loss(p, t, config.mode))(predicted,
                                                                        batch.features)
   return cross_entropy, alignment, predicted
+
+
+@register_loss("thinker3d_stage1")
+def stage1_objective(policy, batch, config):
+  """The registered objective: `StepConfig.options` is the Stage1Config; the model is a
+  Thinker3DPolicy and the batch carries target features."""
+  if not isinstance(config.options, Stage1Config) or batch.features is None:
+    raise ValueError("StepConfig: objective 'thinker3d_stage1' needs options=Stage1Config(...) "
+                     "and a batch with target features")
+  return stage1_loss_parts(policy, batch, config.options)
 
 
 def stage1_loss_parts(policy, batch, config: Stage1Config):

@@ -1,4 +1,5 @@
-"""The papers' agent recipes run end to end through `launch.train`: a policy loaded from a
+"""The papers' agent recipes run end to end through the trainer (`recipes.train`, what
+`launch.train` calls): a policy loaded from a
 Hugging Face folder, tasks from the TFDS dataset through grain, teacher SFT, GRPO or
 OR-GIGPO, evaluation per question family, checkpoints with the data iterator's state, and
 resume. `make recipes` runs the three CPU variants in full (Act3D and PERIA's OR-GIGPO
@@ -18,8 +19,7 @@ from jaxspatial.models.qwen2_5_vl.model import Qwen25VL
 from jaxspatial.models.qwen2_5_vl.tokenizer import save_processor
 from jaxspatial.rollout import tiny
 from jaxspatial.train import read_jsonl
-from launch import eval as eval_launch
-from launch import train
+import recipes
 
 
 @pytest.fixture(scope="module")
@@ -47,33 +47,42 @@ def test_think3d_recipe_from_a_pretrained_folder_trains_evaluates_and_resumes(tm
   config = _small(think3d_rl.get_config("cpu"), tmp_path / "run", data_dir)
   config.model.checkpoint = str(folder)
   config.sft.update(steps=2, batch=8)
-  config.grpo.update(steps=2, prompts=2)
+  config.rl.update(steps=2, prompts=2)
   config.eval.update(batch=16, tasks=16)
-  results = train.run(config)
+  results = recipes.train(config)
   assert results["sft"]["all"]["n"] == 16 and results["final"]["all"]["n"] == 16
   assert sum(r["n"] for k, r in results["final"].items() if k != "all") == 16
   steps = read_jsonl(tmp_path / "run" / "metrics.jsonl")
   assert [s["step"] for s in steps] == [1, 2, 3, 4]
-  assert "sft/loss" in steps[0] and "grpo/kl" in steps[3] and steps[3]["grpo/finite"] == 1.0
-  for name in ("results.json", "reward_curve.png", "rollouts_train_00003.html",
+  assert "sft/loss" in steps[0] and "rl/kl" in steps[3] and steps[3]["rl/finite"] == 1.0
+  for name in ("results.json", "curve.png", "rollouts_train_00003.html",
                "teacher_think3d.jsonl"):
     assert (tmp_path / "run" / name).is_file(), name
-  # The data iterator's state saved with step 4 is the stream after its two GRPO batches.
-  saved = json.loads((tmp_path / "run" / "checkpoints" / "data_state" / "4.process0.json")
-                     .read_text())
+  # The data iterator's state saved in step 4's checkpoint is the stream after its two GRPO
+  # batches: a resumed run reads the next batch.
   stream = iter(task_batches(SyntheticSpatial(data_dir=data_dir, config="tiny")
                              .as_data_source()["train"], 2, seed=config.seed, num_epochs=None,
-                             points=config.data.points))
+                             points=config.data.points, input_images=True))
   next(stream), next(stream)
-  assert saved == json.loads(json.dumps(stream.get_state()))
-  # One more GRPO step resumes from step 4 (the SFT phase is not repeated).
-  config.grpo.steps = 3
+  restored = iter(task_batches(SyntheticSpatial(data_dir=data_dir, config="tiny")
+                               .as_data_source()["train"], 2, seed=config.seed,
+                               num_epochs=None, points=config.data.points, input_images=True))
+  record = json.loads((tmp_path / "run" / "checkpoints" / "latest" / "4" / "data" /
+                       "process_0-of-1.json").read_text())
+  restored.set_state(record["state"]["json"])
+  assert json.dumps(restored.get_state()) == json.dumps(stream.get_state())
+  # One more GRPO step resumes from step 4 (the SFT phase is not repeated); the changed
+  # step count must be allowed explicitly.
+  config.rl.steps = 3
   config.eval.tasks = 0
-  train.run(config)
+  with pytest.raises(ValueError, match=r"rl.steps: 2 -> 3"):
+    recipes.train(config)
+  config.resume_overrides = ("rl.steps",)
+  recipes.train(config)
   steps = read_jsonl(tmp_path / "run" / "metrics.jsonl")
   assert [s["step"] for s in steps] == [1, 2, 3, 4, 5]
   # launch.eval re-evaluates the last checkpoint on another split, per question family.
   config.eval.tasks = 16
-  evaluated = eval_launch.run_recipe(config, split="validation")
+  evaluated = recipes.evaluate(config, split="validation")
   assert evaluated["step"] == 5 and evaluated["policy"]["all"]["n"] == 16
 

@@ -1,7 +1,7 @@
 """One process of a 2-process `jax.distributed` CPU run (tests/train/test_distributed.py):
 both processes take one GRPO step on a ('data',) mesh spanning them, each loading only its
 own half of the batch (`process_rows`, `global_batch`), and print the loss. Then they run
-one compiled rollout of the agent recipe (launch/recipe.py) over their own tasks and save
+one compiled rollout of the agent recipe (recipes/agents.py) over their own tasks and save
 their rows of it."""
 
 import sys
@@ -31,20 +31,20 @@ def global_array(mesh, value, spec):
 
 
 def recipe_job(mesh):
-  """A Think3D recipe job on the tiny policy (seed 0), for `launch.recipe.rollout`."""
+  """A Think3D recipe's policy and rollout on the tiny policy (seed 0)."""
   from configs import think3d_rl
-  from launch import recipe
+  from recipes.agents import AgentRecipe
   c = think3d_rl.get_config("cpu")
   c.agent.update(width=56, height=56)
   c.rollout.update(max_turns=2, max_turn_tokens=24, temperature=0.0)
   c.data.prompt_tokens = 400  # the system message and 8 input views
-  job = recipe.build(c)
+  job = AgentRecipe(c)
+  job.build_policy(mesh)
   if mesh is not None:  # the same parameters, replicated over the processes' mesh
     state = nnx.state(job.model, nnx.Param)
     nnx.replace_by_pure_dict(state, jax.tree.map(
         lambda x: global_array(mesh, x, PartitionSpec()), nnx.to_pure_dict(state)))
     nnx.update(job.model, state)
-    job.mesh = mesh
   return job
 
 
@@ -57,14 +57,14 @@ def recipe_tasks():
 
 
 def rollout_rows(process, mesh, out):
-  from launch import recipe
+  from jaxspatial.models.sharding import local_rows
   job = recipe_job(mesh)
   rows = process_rows(4)
   mine = jax.tree.map(lambda x: np.asarray(x)[rows], recipe_tasks())
-  traj = recipe.rollout(job, mine, jax.random.PRNGKey(0))
+  traj = job.run(job.model, mine, jax.random.PRNGKey(0), mesh=mesh)
   assert traj.tokens.shape[0] == 4 and not traj.tokens.is_fully_addressable
-  np.savez(f"{out}/rollout_{process}.npz", tokens=recipe.local(traj.tokens),
-           reward=recipe.local(traj.reward))
+  np.savez(f"{out}/rollout_{process}.npz", tokens=local_rows(traj.tokens),
+           reward=local_rows(traj.reward))
   print(f"process {process}: rollout rows saved", flush=True)
 
 

@@ -47,11 +47,10 @@ def test_two_process_grpo_step(tmp_path):
   expected = float(train_step(model, optimizer, batch(0), GRPO)["loss"])
   np.testing.assert_allclose(losses, [expected, expected], rtol=1e-5)
   # The recipe's rollout: each process's rows equal the one-process rollout's.
-  from launch import recipe
+  import jax
   from tests.train.distributed_worker import recipe_job, recipe_tasks
   job = recipe_job(None)
-  import jax
-  whole = recipe.rollout(job, recipe_tasks(), jax.random.PRNGKey(0))
+  whole = job.run(job.model, recipe_tasks(), jax.random.PRNGKey(0))
   for process in range(2):
     part = np.load(tmp_path / f"rollout_{process}.npz")
     rows = slice(2 * process, 2 * process + 2)

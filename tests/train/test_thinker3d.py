@@ -17,9 +17,11 @@ from configs import thinker3d_stage1, thinker3d_stage2
 from jaxspatial.rl.rewards.papers import thinker3d_format_text, thinker3d_letter_text
 from jaxspatial.rollout import automaton as am
 from jaxspatial.rollout import thinker3d as rollout3d
-from jaxspatial.train import read_jsonl
+import recipes
+from jaxspatial.train import Trainer, read_jsonl
 from jaxspatial.train.thinker3d import stage1_loss_parts
-from launch import thinker3d
+from recipes import thinker3d
+from recipes.thinker3d import Thinker3D
 
 
 def small(c, workdir, cache):
@@ -31,19 +33,25 @@ def small(c, workdir, cache):
   return c
 
 
+class _KeepUntrained(Thinker3D):
+  """Keeps a copy of the untrained policy for the tests."""
+
+  def build(self, mesh):
+    module = super().build(mesh)
+    self.untrained = nnx.clone(self.policy)
+    return module
+
+
 @pytest.fixture(scope="module")
 def stage1(tmp_path_factory):
   """(job, untrained policy copy, results) after a short stage-1 run."""
   root = tmp_path_factory.mktemp("thinker3d")
   c = small(thinker3d_stage1.get_config("cpu"), root / "stage1", root / "data")
-  c.update(steps=40)
+  c.sft.update(steps=40)
   c.checkpoint.update(every=20)
-  job = thinker3d.build(c)
-  with jax.set_mesh(job.mesh):
-    untrained = nnx.clone(job.policy)
-  with jax.set_mesh(job.mesh):
-    results = thinker3d.run_stage1(c, job, root / "stage1")
-  return job, untrained, results, root
+  job = _KeepUntrained(c)
+  results = Trainer(c, job).run()
+  return job, job.untrained, results, root
 
 
 def test_stage1_loss_against_numpy(stage1):
@@ -93,13 +101,13 @@ def test_stage1_training_lowers_alignment_and_raises_latent_similarity(stage1):
   kernel = lambda p: np.asarray(p.projector.channel_mlp.layers[0].kernel[...])
   assert np.abs(kernel(job.policy) - kernel(untrained)).max() > 1e-3
   rows = read_jsonl(root / "stage1" / "metrics.jsonl")
-  assert len(rows) == 40 and rows[-1]["alignment"] < rows[0]["alignment"]
+  assert len(rows) == 40 and rows[-1]["sft/alignment"] < rows[0]["sft/alignment"]
 
 
 def test_rollout_rewards_against_independent_computations(stage1):
   job, _, _, _ = stage1
   index = np.arange(8)
-  out = jax.device_get(thinker3d.sample(job, job.test, index, jax.random.PRNGKey(0), 0.0))
+  out = jax.device_get(job.sample(job.test, index, jax.random.PRNGKey(0), 0.0))
   pieces, _ = am.token_bytes(job.tokenizer)
   prompt_length = job.test.prompt_ids.shape[1]
   for b in range(8):
@@ -146,7 +154,7 @@ def test_without_a_latent_block_the_fallback_window_is_scored(stage1):
   job, untrained, _, _ = stage1
   index, test = np.arange(8), job.test
   images = np.asarray(test.examples.images[index])
-  run = rollout3d.compile_rollout(thinker3d.rollout_config(job, 0.0))
+  run = rollout3d.compile_rollout(job.rollout_config(0.0))
   out = jax.device_get(run(untrained, job.automaton, jnp.asarray(test.prompt_ids[index]),
                            jnp.asarray(test.prompt_mask[index]), jnp.asarray(images),
                            jnp.asarray(test.examples.features[index]),
@@ -215,17 +223,17 @@ def test_stage2_settings_follow_the_public_trainer():
   for variant in ("reference", "cpu"):
     c = thinker3d_stage2.get_config(variant)
     assert c.rollout.temperature == 1.0
-    assert set(c.optimizer.lora_targets) == set(linear_names(text)) | {"lm_head"}
-    assert (c.optimizer.decay, c.optimizer.final_fraction) == ("linear", 0.0)
+    assert set(c.model.lora.targets) == set(linear_names(text)) | {"lm_head"}
+    assert (c.rl.optimizer.decay, c.rl.optimizer.final_fraction) == ("linear", 0.0)
     assert c.reward.latent_fallback == "after_header"
-    stage1 = thinker3d_stage1.get_config(variant).optimizer
+    stage1 = thinker3d_stage1.get_config(variant).sft.optimizer
     assert (stage1.decay, stage1.final_fraction, stage1.weight_decay_mask) == (
         "linear", 0.0, "transformers")
 
 
 def test_the_latent_loop_is_one_program_without_host_round_trips(stage1):
   job, _, _, _ = stage1
-  config = thinker3d.rollout_config(job, 0.9)
+  config = job.rollout_config(0.9)
   graph, state = nnx.split(job.policy)
   test = job.test
 
@@ -256,7 +264,7 @@ def test_training_and_inference_latents_differ_after_the_first(stage1):
   assert bool(jnp.all(found))
   training = np.asarray(jnp.take_along_axis(hidden, positions[..., None], 1))
   # Inference mode: the prompt ends with <|latent_start|>, then 12 fed-back steps.
-  primed = thinker3d.sample(job, test, index, jax.random.PRNGKey(0), 0.0, primed=True)
+  primed = job.sample(test, index, jax.random.PRNGKey(0), 0.0, primed=True)
   inference = np.asarray(primed.latents)
   relative = (np.linalg.norm(training - inference, axis=-1)
               / np.linalg.norm(training, axis=-1)).mean(0)
@@ -269,19 +277,23 @@ def test_stage2_grpo_from_the_stage1_checkpoint(stage1):
   job, _, _, root = stage1
   c = small(thinker3d_stage2.get_config("cpu"), root / "stage2", root / "data")
   c.init_from = str(root / "stage1")
-  c.update(steps=2, prompts=2, evaluate=False)
+  c.rl.update(steps=2, prompts=2)
+  c.evaluate = False
   c.advantage.update(group_size=4)
   c.checkpoint.update(every=1)
-  results = thinker3d.run(c)
+  results = recipes.train(c)
   assert results == {}
   rows = read_jsonl(root / "stage2" / "metrics.jsonl")
   assert len(rows) == 2
-  assert all(np.isfinite(r["loss"]) and r["kl"] >= 0 for r in rows)
-  assert rows[0]["kl"] == pytest.approx(0.0, abs=1e-6)  # LoRA B = 0: policy == reference
-  assert 0 < rows[0]["latent_sim"] <= 1
+  assert all(np.isfinite(r["rl/loss"]) and r["rl/kl"] >= 0 for r in rows)
+  assert rows[0]["rl/kl"] == pytest.approx(0.0, abs=1e-6)  # LoRA B = 0: policy == reference
+  assert 0 < rows[0]["rl/latent_sim"] <= 1
+  # launch.eval evaluates the stage-2 checkpoint (the held-out metrics).
+  evaluated = recipes.evaluate(c)
+  assert evaluated["step"] == 2 and 0 <= evaluated["policy"]["format"] <= 1
   bad = small(thinker3d_stage2.get_config("cpu"), root / "nowhere", root / "data")
   bad.init_from = str(root / "missing")
   with pytest.raises(FileNotFoundError, match="stage 2 starts from stage 1's checkpoint"):
-    thinker3d.run(bad)
+    recipes.train(bad)
   with pytest.raises(ValueError, match="holds the published settings"):
-    thinker3d.run(thinker3d_stage1.get_config())
+    recipes.train(thinker3d_stage1.get_config())

@@ -1,6 +1,8 @@
-"""The training job: a run (GRPO with a KL term) killed with SIGKILL and resumed from its last checkpoint logs
-the same losses as an uninterrupted run; a NaN loss stops the run with its step and is
-never saved."""
+"""The library trainer on the demo recipe (SFT, then GRPO with a KL term), against one
+uninterrupted run: a run killed with SIGKILL after a save resumes to the same losses and
+metrics; a NaN loss stops the run naming its step with nothing saved; SIGTERM saves and
+exits with status 143, and the resumed run matches; a resume with a changed config, or a
+used work directory without resume, is refused with the differences named."""
 
 import os
 import pathlib
@@ -10,73 +12,101 @@ import sys
 import numpy as np
 import pytest
 
+import recipes
 from configs import demo
 from jaxspatial.train import read_jsonl
-from launch import train
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+SMALL = {"model.hidden": 64, "model.intermediate": 128, "model.layers": 1,
+         "model.vision_hidden": 32, "model.vocab": 500, "scene.points": 2000,
+         "data.train_tasks": 12, "data.test_tasks": 6, "data.sft_trajectories": 16,
+         "sft.steps": 3, "sft.batch": 8, "sft.optimizer.warmup_steps": 1, "rl.steps": 3,
+         "rl.prompts": 2, "rl.optimizer.warmup_steps": 1, "advantage.group_size": 2,
+         # beta > 0: a resumed run must also restore the frozen reference policy exactly
+         "objective.beta": 0.04, "checkpoint.every": 1, "checkpoint.keep": 10,
+         "evaluate": False, "snapshot_every": 0, "log_every": 1}
+TIMING = ("time", "rl/tokens_per_s")
 
 
 def tiny_config(workdir):
   c = demo.get_config()
   c.workdir = str(workdir)
-  c.model.update(hidden=64, intermediate=128, layers=1, vision_hidden=32, vocab=500)
-  c.scene.update(points=2000)
-  c.data.update(train_tasks=12, test_tasks=6, sft_trajectories=16)
-  c.sft.update(steps=3, batch=8, warmup=1)
-  # beta > 0: the resumed run must also restore the frozen reference policy exactly.
-  c.grpo.update(steps=3, prompts=2, group=2, warmup=1, beta=0.04)
-  c.checkpoint.update(every=1, keep=10)
-  c.evaluate = False
-  c.snapshot_every = 0
-  c.log_every = 1
+  for key, value in SMALL.items():
+    *parents, name = key.split(".")
+    node = c
+    for parent in parents:
+      node = node[parent]
+    node[name] = value
   return c
 
 
-def _losses(workdir):
-  out = {}
-  for row in read_jsonl(pathlib.Path(workdir) / "metrics.jsonl"):
-    out[row["step"]] = row.get("sft/loss", row.get("grpo/loss"))
-  return out
+def _rows(workdir) -> dict:
+  """{step: the step's metrics without timings}; each step exactly once."""
+  rows = read_jsonl(pathlib.Path(workdir) / "metrics.jsonl")
+  steps = [row["step"] for row in rows]
+  assert len(steps) == len(set(steps)), steps
+  return {row["step"]: {k: v for k, v in row.items() if k not in TIMING} for row in rows}
 
 
-def test_a_killed_run_resumes_exactly(tmp_path):
-  train.run(tiny_config(tmp_path / "straight"))
-  straight = _losses(tmp_path / "straight")
-  assert sorted(straight) == list(range(1, 7))
-  kl = [row["grpo/kl"] for row in read_jsonl(tmp_path / "straight" / "metrics.jsonl")
-        if "grpo/kl" in row]
-  assert len(kl) == 3 and kl[0] == pytest.approx(0.0, abs=1e-6) and kl[-1] > 0
+def _same_run(got: dict, expected: dict) -> None:
+  assert sorted(got) == sorted(expected)
+  for step in expected:
+    assert sorted(got[step]) == sorted(expected[step]), step
+    np.testing.assert_allclose([got[step][k] for k in sorted(expected[step])],
+                               [expected[step][k] for k in sorted(expected[step])],
+                               rtol=1e-5, atol=1e-7, err_msg=f"step {step}")
+
+
+def _saved(workdir) -> list[int]:
+  return sorted(int(p.name) for p in (pathlib.Path(workdir) / "checkpoints" / "latest")
+                .iterdir() if p.name.isdigit())
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory):
+  workdir = tmp_path_factory.mktemp("straight")
+  recipes.train(tiny_config(workdir))
+  rows = _rows(workdir)
+  assert sorted(rows) == list(range(1, 7))
+  kl = [rows[s]["rl/kl"] for s in range(4, 7)]
+  assert kl[0] == pytest.approx(0.0, abs=1e-6) and kl[-1] > 0
+  return rows
+
+
+def test_a_killed_run_resumes_exactly(tmp_path, straight):
   killed = tmp_path / "killed"
-  overrides = [f"--config.{k}" for k in (
-      f"workdir={killed}", "model.hidden=64", "model.intermediate=128", "model.layers=1",
-      "model.vision_hidden=32", "model.vocab=500", "scene.points=2000", "data.train_tasks=12",
-      "data.test_tasks=6", "data.sft_trajectories=16", "sft.steps=3", "sft.batch=8",
-      "sft.warmup=1", "grpo.steps=3", "grpo.prompts=2", "grpo.group=2", "grpo.warmup=1",
-      "grpo.beta=0.04",
-      "checkpoint.every=1", "checkpoint.keep=10", "evaluate=False", "snapshot_every=0",
-      "kill_after_step=4")]
+  overrides = [f"--config.{k}={v}" for k, v in {**SMALL, "workdir": killed,
+                                                "faults.kill_after_step": 4}.items()]
   result = subprocess.run([sys.executable, "-m", "launch.train", "--config",
                            "configs/demo.py", *overrides], cwd=ROOT, capture_output=True,
                           text=True, timeout=900, env=dict(os.environ, JAX_PLATFORMS="cpu"))
   assert result.returncode == -9, result.stderr[-3000:]  # SIGKILL
-  assert max(_losses(killed)) == 4
-  train.run(tiny_config(killed))  # resumes from step 4
-  resumed = _losses(killed)
-  assert sorted(resumed) == list(range(1, 7))
-  np.testing.assert_allclose([resumed[s] for s in range(1, 7)],
-                             [straight[s] for s in range(1, 7)], rtol=1e-5)
+  assert max(_rows(killed)) == 4 and max(_saved(killed)) == 4
+  recipes.train(tiny_config(killed))  # resumes from step 4
+  _same_run(_rows(killed), straight)
 
 
-def test_a_nan_loss_is_reported_with_its_step_and_not_saved(tmp_path):
+def test_nan_sigterm_and_config_changes(tmp_path, straight):
   c = tiny_config(tmp_path)
-  c.inject_nan_step = 5
+  c.faults.nan_at_step = 5
   with pytest.raises(FloatingPointError, match="step 5: the loss or a gradient is not finite"):
-    train.run(c)
-  saved = sorted(int(p.name) for p in (tmp_path / "checkpoints" / "latest").iterdir()
-                 if p.name.isdigit())
-  assert saved and max(saved) == 4  # steps 1..4 saved; the NaN step 5 was not
-  c.inject_nan_step = -1
-  results = train.run(c)  # resumes from 4 with finite parameters and finishes
-  assert isinstance(results, dict)
-  assert all(np.isfinite(v) for v in _losses(tmp_path).values())
+    recipes.train(c)
+  assert max(_saved(tmp_path)) == 4  # steps 1..4 saved; the NaN step 5 was not
+  c.faults.nan_at_step = -1
+  c.faults.sigterm_after_step = 5
+  with pytest.raises(SystemExit) as preempted:
+    recipes.train(c)  # resumes from 4, takes step 5, then SIGTERM: saves and exits 143
+  assert preempted.value.code == 143 and max(_saved(tmp_path)) == 5
+  changed = tiny_config(tmp_path)
+  changed.seed = 1
+  changed.rl.optimizer.learning_rate = 1e-3
+  with pytest.raises(ValueError, match=r"changes the run \(2\): rl.optimizer.learning_rate: "
+                                       r"0.0002 -> 0.001; seed: 0 -> 1"):
+    recipes.train(changed)
+  fresh = tiny_config(tmp_path)
+  fresh.resume = False
+  with pytest.raises(ValueError, match="holds another run's checkpoints and metrics.jsonl"):
+    recipes.train(fresh)
+  c.faults.sigterm_after_step = -1
+  recipes.train(c)  # resumes from 5 with finite parameters and finishes
+  _same_run(_rows(tmp_path), straight)

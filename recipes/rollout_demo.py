@@ -1,5 +1,6 @@
-"""The pieces a rollout needs, from a config (configs/rollout_demo.py): policy, tokenizer,
-agent, automaton, observation template, synthetic tasks and prompts, forced scripts."""
+"""The rollout tools' set-up (launch/show_rollouts.py, launch/profile_rollout.py) from
+configs/rollout_demo.py: policy, tokenizer, the agent's rollout (automaton, observation
+template, settings), synthetic Act3D tasks and prompts, forced scripts."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from data_pipelines.synthetic import episodes
 from jaxspatial.envs import act3d
 from jaxspatial.models import Precision, model_options
 from jaxspatial.models.qwen2_5_vl.model import Qwen25VL
-from jaxspatial.rollout import agents, automaton as am, episode, observation, tiny
+from jaxspatial.rollout import AgentRollout, agents, automaton as am, episode, observation, tiny
 
 
 @dataclasses.dataclass
@@ -44,19 +45,16 @@ def build(c) -> RolloutSetup:
   agent = agents.Act3DAgent(act3d.Act3DParams(width=c.width, height=c.height,
                                               grounding_min_pixels=5,
                                               max_interactions=c.max_turns - 1))
-  automaton = am.compile_token_automaton(agent.grammar, tok, model.config.text.vocab_size)
-  n_image = episode.image_tokens(model, agent.image_size)
-  template = observation.compile_template(tok, agent.observation, n_image)
-  config = episode.RolloutConfig(
-      max_turns=c.max_turns, max_turn_tokens=c.max_turn_tokens, temperature=c.temperature,
-      constrained=c.constrained, eos_tokens=(tok.convert_tokens_to_ids("<|im_end|>"),),
-      pad_token=tok.pad_token_id or 0, cache_dtype=Precision.from_config(c.model).cache_dtype)
+  run = AgentRollout.create(agent, tok, model,
+                            cache_dtype=Precision.from_config(c.model).cache_dtype,
+                            max_turns=c.max_turns, max_turn_tokens=c.max_turn_tokens,
+                            temperature=c.temperature, constrained=c.constrained)
   tasks, questions = episodes.act3d_tasks(c.batch, seed=c.seed, points=c.points,
                                           scenes=c.scenes)
-  ids, mask = episodes.act3d_prompts(tok, questions, n_image)
+  ids, mask = episodes.act3d_prompts(tok, questions, run.image_tokens)
   forced = None
-  if c.scripted:
-    turns = [t[:-1] + [None] for t in tiny.scripted_act3d_turns(c.batch, c.max_turns)]  # the policy answers
-    forced = jnp.asarray(episode.forced_tokens(tok, turns, config))
-  return RolloutSetup(tok, model, agent, automaton, template, config, tasks, jnp.asarray(ids),
-                      jnp.asarray(mask), forced)
+  if c.scripted:  # scripted moves; the policy answers
+    turns = [t[:-1] + [None] for t in tiny.scripted_act3d_turns(c.batch, c.max_turns)]
+    forced = jnp.asarray(run.forced(turns))
+  return RolloutSetup(tok, model, agent, run.automaton, run.template, run.config, tasks,
+                      jnp.asarray(ids), jnp.asarray(mask), forced)

@@ -1,0 +1,76 @@
+"""An agent's compiled rollout with everything it needs: the token automaton of its grammar,
+its observation template, the rollout settings and its first prompts.
+
+    run = AgentRollout.create(agent, tokenizer, model, max_turns=4, max_turn_tokens=64)
+    trajectory = run(model, tasks, key)                  # first prompts built from the tasks
+    trajectory = run(model, tasks, key, forced=run.forced(scripts))   # teacher replay
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxspatial.rollout import automaton as am
+from jaxspatial.rollout import episode, observation
+from jaxspatial.models.sharding import global_batch
+
+
+@dataclasses.dataclass
+class AgentRollout:
+  agent: Any
+  tokenizer: Any
+  automaton: am.TokenAutomaton
+  template: observation.ObservationTemplate
+  config: episode.RolloutConfig
+  image_tokens: int
+  prompt_tokens: int | None = None   # first prompts left-padded to this length
+
+  @classmethod
+  def create(cls, agent, tokenizer, model, prompt_tokens: int | None = None,
+             cache_dtype: str = "float32", **settings) -> "AgentRollout":
+    """`settings` are `RolloutConfig` fields (max_turns, temperature, ...); the end-of-turn
+    and pad tokens come from the tokenizer."""
+    eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    config = episode.RolloutConfig(
+        eos_tokens=(eos,), pad_token=tokenizer.pad_token_id if tokenizer.pad_token_id
+        is not None else 0, cache_dtype=cache_dtype, **settings)
+    image_tokens = episode.image_tokens(model, agent.image_size)
+    automaton = am.compile_token_automaton(agent.grammar, tokenizer,
+                                           model.config.text.vocab_size)
+    template = observation.compile_template(tokenizer, agent.observation, image_tokens)
+    return cls(agent, tokenizer, automaton, template, config, image_tokens, prompt_tokens)
+
+  def prompts(self, tasks) -> tuple[np.ndarray, np.ndarray]:
+    return self.agent.first_prompts(self.tokenizer, tasks, self.image_tokens,
+                                    self.prompt_tokens)
+
+  def capacity(self, prompt_length: int | None = None) -> int:
+    """Slots of an episode (prompt, turns, observations)."""
+    return episode.capacity(prompt_length or self.prompt_tokens, self.template, self.config)
+
+  def forced(self, scripts) -> np.ndarray:
+    """[B, turns, tokens] forced tokens from per-episode lists of turn strings."""
+    return episode.forced_tokens(self.tokenizer, scripts, self.config)
+
+  def __call__(self, model, tasks, key, forced=None, prompt_ids=None, prompt_mask=None,
+               temperature: float | None = None, mesh=None):
+    """Compiled rollouts of `tasks` (this process's rows: with `mesh`, one global batch over
+    ('data', 'fsdp')). Prompts are built from the tasks unless given."""
+    if prompt_ids is None:
+      prompt_ids, prompt_mask = self.prompts(tasks)
+    config = self.config if temperature is None else dataclasses.replace(
+        self.config, temperature=temperature)
+    run = episode.compile_rollout(self.agent, self.template, config)
+    inputs = (tasks, prompt_ids, prompt_mask) + (() if forced is None else (forced,))
+    if mesh is not None:
+      inputs = global_batch(inputs, mesh)
+      with jax.set_mesh(mesh):
+        return run(model, self.automaton, *inputs[:3], key,
+                   None if forced is None else inputs[3])
+    inputs = jax.tree.map(jnp.asarray, inputs)
+    return run(model, self.automaton, *inputs[:3], key, None if forced is None else inputs[3])

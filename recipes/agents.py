@@ -1,0 +1,301 @@
+"""The papers' agents (configs/think3d_rl.py, act3d_grpo.py, peria_or_gigpo.py): teacher
+trajectory SFT (optional), then GRPO or OR-GIGPO over compiled rollouts, then greedy
+accuracy per question family on a split.
+
+The policy loads from a Hugging Face Qwen2.5-VL folder (`model.checkpoint`; empty: a tiny
+random policy for CPU runs) straight onto the mesh. The agent comes from the registry
+(`jaxspatial.rollout.AGENTS`, by `agent.name`). Tasks come from a TFDS ArrayRecord
+dataset read with grain, each process reading its own shard; the RL stream's state is
+saved with every checkpoint. SFT replays teacher trajectories
+(data_pipelines/synthetic/teachers.py format) through the environment; step k's batch is
+a fixed function of the seed and k.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from data_pipelines.loader import scene_tasks, task_batches
+from data_pipelines.synthetic import teachers
+from data_pipelines.synthetic.questions import FAMILIES
+from jaxspatial.models import Precision, memory, model_options, resolve_attention
+from jaxspatial.models.qwen2_5_vl.model import Qwen25VL
+from jaxspatial.models.sharding import global_batch, local_rows
+from jaxspatial.rl.objectives import PolicyLossConfig
+from jaxspatial.rollout import AgentRollout, episode, make_agent, tiny
+from jaxspatial.rollout.viewer import trajectory_html
+from jaxspatial.train import (AdvantageConfig, Experiment, OptimizerConfig, Phase,
+                              RolloutBatch, StepConfig, TrainBatch, trainable)
+from recipes.common import counts_accuracy
+
+
+def load_policy(c):
+  """(tokenizer, model): a Hugging Face folder loaded onto the current mesh, or a tiny random
+  policy."""
+  if c.model.checkpoint:
+    from jaxspatial.models.qwen2_5_vl.tokenizer import load_processor  # pylint: disable=import-outside-toplevel
+    processor = load_processor(c.model.checkpoint)
+    tok = getattr(processor, "tokenizer", processor)
+    return tok, Qwen25VL.from_pretrained(c.model.checkpoint, seed=c.seed,
+                                         **model_options(c.model))
+  tok = tiny.tokenizer()
+  return tok, Qwen25VL(tiny.model_config(tok), rngs=nnx.Rngs(c.seed), **model_options(c.model))
+
+
+def data_source(c, split: str):
+  """A split of the task dataset: the synthetic builder (built on first use when
+  `data.build`), or any prepared TFDS dataset with its features, by name."""
+  d = c.data
+  if d.builder == "synthetic_spatial":
+    from data_pipelines.builders import SyntheticSpatial  # pylint: disable=import-outside-toplevel
+    builder = SyntheticSpatial(data_dir=d.data_dir, config=d.config)
+    if not builder.is_prepared():
+      if not d.build:
+        raise FileNotFoundError(f"synthetic_spatial/{d.config} is not prepared under "
+                                f"{d.data_dir}: run python -m launch.build_data --config "
+                                f"{d.config} --data-dir {d.data_dir}")
+      if jax.process_index() == 0:
+        builder.download_and_prepare()
+      from jax.experimental import multihost_utils  # pylint: disable=import-outside-toplevel
+      multihost_utils.sync_global_devices("synthetic_spatial prepared")
+      builder = SyntheticSpatial(data_dir=d.data_dir, config=d.config)
+    return builder.as_data_source()[split]
+  import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
+  return tfds.data_source(f"{d.builder}/{d.config}" if d.config else d.builder,
+                          data_dir=d.data_dir, split=split)
+
+
+def rl_steps(c, source) -> int:
+  """`rl.steps`, or with -1 `rl.data_epochs` passes over the split's tasks (the papers
+  count RL in epochs: Think3D-RL one epoch of its 977 prompts)."""
+  if c.rl.steps >= 0:
+    return c.rl.steps
+  tasks = sum(len(json.loads(source[i]["questions"])) for i in range(len(source)))
+  steps = int(c.rl.data_epochs * tasks) // c.rl.prompts
+  if steps < 1:
+    raise ValueError(f"rl.steps -1: {c.rl.data_epochs} epochs of {tasks} tasks at "
+                     f"{c.rl.prompts} prompts a step is less than one step")
+  return steps
+
+
+def _stack(items):
+  return jax.tree.map(lambda *x: np.stack(x), *items)
+
+
+def table(results: dict) -> str:
+  names = [k for k in FAMILIES + ("all",) if any(k in r for r in results.values())]
+  lines = [f"{'policy':14} | " + " | ".join(f"{n:>19}" for n in names)]
+  for label, r in results.items():
+    cells = [f"{r[n]['accuracy']:.3f}±{r[n]['se']:.3f} ({r[n]['n']})" if n in r else "-"
+             for n in names]
+    lines.append(f"{label:14} | " + " | ".join(f"{x:>19}" for x in cells))
+  return "\n".join(lines)
+
+
+def make_phases(c, rl_step_count: int) -> list[Phase]:
+  """SFT on teacher trajectories, then GRPO / OR-GIGPO, from the config alone."""
+  wrt = trainable(frozen=tuple(c.model.frozen))  # e.g. the vision tower ("visual")
+  return [
+      Phase("sft", c.sft.steps, OptimizerConfig(**c.sft.optimizer),
+            StepConfig(objective="sft", micro_batches=c.sft.micro_batches), wrt),
+      Phase("rl", rl_step_count, OptimizerConfig(**c.rl.optimizer),
+            StepConfig(objective="grpo", temperature=c.rollout.temperature,
+                       micro_batches=c.rl.micro_batches, loss=PolicyLossConfig(**c.objective)),
+            wrt, reference="frozen", advantage=AdvantageConfig(**c.advantage),
+            mini_batches=c.rl.mini_batches, epochs=c.rl.epochs)]
+
+
+class TeacherData:
+  """Teacher trajectories matched to their tasks; step k's batch is a fixed function of the
+  seed and k (a resumed run replays the same batches)."""
+
+  def __init__(self, recipe: "AgentRecipe", source, path):
+    self.recipe, self.source, self.path = recipe, source, path
+    records = teachers.read_trajectories(path)
+    scenes = {int(source[i]["scene_seed"]): i for i in range(len(source))}
+    missing = [r for r in records if r["scene_seed"] not in scenes]
+    if missing:
+      raise ValueError(f"{path}: {len(missing)} trajectories name scenes not in the split, "
+                       f"e.g. scene_seed {missing[0]['scene_seed']}")
+    self.records = [(scenes[r["scene_seed"]], r["question"], r["turns"]) for r in records]
+    rows = np.arange(len(self.records))
+    self.rows = rows[jax.process_index()::jax.process_count()]
+
+  def batch(self, step: int, size: int) -> TrainBatch:
+    recipe, c = self.recipe, self.recipe.c
+    per_epoch = len(self.rows) // size
+    if per_epoch == 0:
+      raise ValueError(f"SFT: {len(self.rows)} trajectories on this process, fewer than the "
+                       f"batch {size}")
+    epoch, position = divmod(step, per_epoch)
+    order = np.random.default_rng([c.seed, 5, epoch]).permutation(self.rows)
+    chosen = [self.records[i] for i in order[position * size:(position + 1) * size]]
+    tasks = []
+    for scene, question, _ in chosen:
+      found = scene_tasks(self.source[scene], points=c.data.points,
+                          input_images=recipe.agent.input_views)
+      if question >= len(found):
+        raise ValueError(f"SFT: scene {scene} has {len(found)} questions, no question "
+                         f"{question}")
+      tasks.append(found[question][0])
+    forced = recipe.run.forced([t for _, _, t in chosen])
+    traj = recipe.run(recipe.model, _stack(tasks), jax.random.PRNGKey(step), forced=forced,
+                      mesh=recipe.mesh)
+    names = [f"{self.path}: scene {int(self.source[scene]['scene_seed'])} question {question}"
+             for scene, question, _ in chosen]
+    episode.check_replay(jax.tree.map(local_rows, traj), forced, names, recipe.tokenizer)
+    return TrainBatch.from_trajectory(traj)
+
+
+class AgentRecipe(Experiment):
+  curve_metrics = ("rl/reward", "rl/accuracy")
+
+  def __init__(self, config):
+    c = self.c = config
+    self.name = c.name
+    if not c.model.checkpoint and c.get("variant") == "reference":
+      raise ValueError(f"{c.name}: the reference variant trains a pretrained policy: give "
+                       "--config.model.checkpoint=/path/to/hf_folder (and the dataset: "
+                       "--config.data.data_dir), or run the ':cpu' variant")
+    for name, rows in (("rl.prompts", c.rl.prompts), ("sft.batch", c.sft.batch),
+                       ("eval.batch", c.eval.batch)):
+      if rows % jax.process_count():
+        raise ValueError(f"{name} {rows} does not split over {jax.process_count()} processes")
+    self.agent = make_agent(c.agent, c.rollout.max_turns, c.reward.get("weights", {}))
+    self.teacher = None
+    self.data_iterator = None
+
+  def build(self, mesh):
+    self.build_policy(mesh)
+    self.build_data()
+    return self.model
+
+  def build_policy(self, mesh) -> None:
+    """The tokenizer, the policy (under the current mesh) and the agent's rollout."""
+    c = self.c
+    self.mesh = mesh
+    self.tokenizer, self.model = load_policy(c)
+    self.run = AgentRollout.create(self.agent, self.tokenizer, self.model,
+                                   prompt_tokens=c.data.prompt_tokens,
+                                   cache_dtype=Precision.from_config(c.model).cache_dtype,
+                                   **c.rollout)
+
+  def build_data(self) -> None:
+    """The training split and this process's RL task stream (its state is checkpointed)."""
+    c = self.c
+    self.train_source = data_source(c, c.data.train_split)
+    if self.agent.input_views:  # Think3D renders with the dataset cameras' intrinsics
+      view = tuple(np.asarray(self.train_source[0]["images"][0]).shape[:2])
+      if view != (c.agent.height, c.agent.width):
+        raise ValueError(f"{self.agent.name} renders with the dataset's camera intrinsics, "
+                         f"made for {view[1]}x{view[0]} views: set agent.width / "
+                         f"agent.height to those (got {c.agent.width}x{c.agent.height})")
+    self.data_iterator = iter(task_batches(
+        self.train_source, c.rl.prompts // jax.process_count(), seed=c.seed, num_epochs=None,
+        shard=(jax.process_index(), jax.process_count()), points=c.data.points,
+        input_images=self.agent.input_views))
+
+  def phases(self):
+    return make_phases(self.c, rl_steps(self.c, self.train_source))
+
+  def memory_estimate(self):
+    """A GRPO step's rollout batch and update (SFT batches are no larger on the papers'
+    settings)."""
+    c = self.c
+    episodes = c.rl.prompts * c.advantage.group_size
+    options = model_options(c.model)
+    fused = resolve_attention(options["attention"], options["dtype"]) != "einsum"
+    trains = c.sft.steps or c.rl.steps
+    return memory.estimate(self.model, Precision.from_config(c.model), rollout_batch=episodes,
+                           cache_length=self.run.capacity(),
+                           train_batch=episodes // c.rl.mini_batches,
+                           train_length=self.run.capacity(), micro_batches=c.rl.micro_batches,
+                           remat=options["remat"], fused_attention=fused,
+                           trainable=trainable(frozen=tuple(c.model.frozen)),
+                           training=bool(trains), mesh=self.mesh)
+
+  def prepare(self, phase, module):
+    if phase.name == "sft" and self.teacher is None:
+      self.teacher = TeacherData(self, self.train_source, self._teacher_path())
+
+  def _teacher_path(self):
+    path = self.c.sft.trajectories
+    if path == "scripted":
+      path = pathlib.Path(self.c.workdir) / f"teacher_{self.agent.name}.jsonl"
+      if jax.process_index() == 0 and not path.exists():
+        teachers.write_scripted(self.train_source, self.agent.name, path, self.c.seed)
+      from jax.experimental import multihost_utils  # pylint: disable=import-outside-toplevel
+      multihost_utils.sync_global_devices("teacher trajectories written")
+    return path
+
+  def train_batch(self, phase, step):
+    return self.teacher.batch(step, self.c.sft.batch // jax.process_count())
+
+  def rewards(self, traj) -> jax.Array:
+    """The agent's reward: the device's, or a host reward from the model text (PERIA)."""
+    host = self.agent.host_rewards(jax.tree.map(local_rows, traj), self.tokenizer)
+    return traj.reward if host is None else global_batch(host, self.mesh)
+
+  def rollout(self, phase, step, key):
+    c = self.c
+    tasks, _ = next(self.data_iterator)
+    tasks = jax.tree.map(lambda x: np.repeat(x, c.advantage.group_size, axis=0), tasks)
+    traj = self.run(self.model, tasks, key, mesh=self.mesh)
+    rewards = self.rewards(traj)
+    metrics = dict(traj.metrics())
+    metrics.update(reward=jnp.mean(rewards), tokens=jnp.sum(traj.loss_mask),
+                   accuracy=jnp.mean(traj.reward_components[self.agent.accuracy_key]))
+    if c.snapshot_every and step % c.snapshot_every == 0 and jax.process_index() == 0:
+      number = c.sft.steps + step + 1
+      (pathlib.Path(c.workdir) / f"rollouts_train_{number:05d}.html").write_text(
+          trajectory_html(jax.tree.map(local_rows, traj), self.tokenizer,
+                          self.run.automaton.grammar, title=f"{c.name} step {number}"))
+    return RolloutBatch(TrainBatch.from_trajectory(traj), rewards, traj, metrics)
+
+  def accuracy(self, split: str) -> dict:
+    """Greedy accuracy per question family (and overall) on up to `eval.tasks` tasks of the
+    split, with standard errors, summed over processes."""
+    c = self.c
+    source = data_source(c, split)
+    per_process = c.eval.batch // jax.process_count()
+    batches = task_batches(source, per_process, shuffle=False, drop_remainder=False,
+                           shard=(jax.process_index(), jax.process_count()),
+                           points=c.data.points, input_images=self.agent.input_views)
+    counts = np.zeros((len(FAMILIES), 2))  # [correct, total] per family
+    seen = 0
+    for tasks, meta in batches:
+      if seen >= c.eval.tasks // jax.process_count():
+        break
+      real = len(meta["family"])
+      if real < per_process:  # one compiled shape: pad with repeats, drop after
+        take = np.minimum(np.arange(per_process), real - 1)
+        tasks = jax.tree.map(lambda x: x[take], tasks)
+      traj = self.run(self.model, tasks, jax.random.PRNGKey(0), temperature=0.0,
+                      mesh=self.mesh)
+      correct = local_rows(traj.reward_components[self.agent.accuracy_key])[:real] > 0
+      np.add.at(counts, (meta["family"], 0), correct)
+      np.add.at(counts, (meta["family"], 1), 1)
+      seen += real
+    from jax.experimental import multihost_utils  # pylint: disable=import-outside-toplevel
+    counts = np.asarray(multihost_utils.process_allgather(counts)).reshape(
+        -1, len(FAMILIES), 2).sum(0)
+    rows = {name: counts[i] for i, name in enumerate(FAMILIES) if counts[i, 1] > 0}
+    rows["all"] = counts.sum(0)
+    return counts_accuracy(rows)
+
+  def evaluate(self, module, when, split=None):
+    c = self.c
+    if when == "checkpoint":
+      return {"policy": self.accuracy(split or c.data.eval_split)}
+    if not c.eval.tasks or when not in ("sft", "final"):
+      return {}
+    return {when: self.accuracy(c.data.eval_split)}
+
+  def report(self, results, workdir):
+    return table(results) if results else ""

@@ -1,0 +1,45 @@
+"""Pieces the recipes share: the small Qwen2.5-VL-shaped policy of the CPU configs, the
+mesh-wide accuracy table, the dtype policy's model keywords."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from jaxspatial.models.qwen2_5_vl.config import Qwen25VLConfig, TextConfig, VisionConfig
+from jaxspatial.rollout import tiny
+
+
+def small_model_config(m, tokenizer) -> Qwen25VLConfig:
+  """A small Qwen2.5-VL-shaped policy from a config's `model` block (hidden, intermediate,
+  layers, heads, kv_heads, vision_depth, vision_hidden) with the tokenizer's vocabulary
+  (rounded up to 64) and special ids."""
+  vocab = (len(tokenizer) + 63) // 64 * 64
+  text = TextConfig(vocab_size=vocab, hidden_size=m.hidden, intermediate_size=m.intermediate,
+                    num_hidden_layers=m.layers, num_attention_heads=m.heads,
+                    num_key_value_heads=m.kv_heads, mrope_section=(2, 3, 3) if
+                    m.hidden // m.heads == 16 else (4, 6, 6), tie_word_embeddings=True)
+  vision = VisionConfig(depth=m.vision_depth, hidden_size=m.vision_hidden,
+                        intermediate_size=2 * m.vision_hidden, num_heads=2,
+                        out_hidden_size=m.hidden, fullatt_block_indexes=(m.vision_depth - 1,))
+  return tiny.model_config(tokenizer, Qwen25VLConfig(text=text, vision=vision))
+
+
+def accuracy(correct, groups: dict) -> dict:
+  """{group: {"accuracy", "se", "n"}} of boolean outcomes over each group's mask."""
+  correct = np.asarray(correct, float)
+  out = {}
+  for name, where in groups.items():
+    n = int(np.sum(where))
+    p = float(correct[where].mean()) if n else 0.0
+    out[name] = {"accuracy": p, "se": float(np.sqrt(p * (1 - p) / max(n, 1))), "n": n}
+  return out
+
+
+def counts_accuracy(right_total: dict) -> dict:
+  """{group: {"accuracy", "se", "n"}} from {group: (correct, total)} counts."""
+  out = {}
+  for name, (right, total) in right_total.items():
+    p = right / max(total, 1)
+    out[name] = {"accuracy": float(p), "se": float(np.sqrt(p * (1 - p) / max(total, 1))),
+                 "n": int(total)}
+  return out
