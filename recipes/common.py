@@ -43,3 +43,23 @@ def counts_accuracy(right_total: dict) -> dict:
     out[name] = {"accuracy": float(p), "se": float(np.sqrt(p * (1 - p) / max(total, 1))),
                  "n": int(total)}
   return out
+
+
+def my_rows(count: int) -> np.ndarray:
+  """The positions of this process's rows in a global batch of `count` rows."""
+  from jaxspatial.train import process_rows  # pylint: disable=import-outside-toplevel
+  return np.arange(count)[process_rows(count)]
+
+
+def gather_rows(positions, values) -> np.ndarray:
+  """Every process's `values` (one per global position), in position order, each position
+  once; rows at a negative position (padding) are dropped."""
+  import jax  # pylint: disable=import-outside-toplevel
+  positions, values = np.asarray(positions), np.asarray(values, np.float64)
+  if jax.process_count() > 1:
+    from jax.experimental import multihost_utils  # pylint: disable=import-outside-toplevel
+    positions = np.asarray(multihost_utils.process_allgather(positions)).reshape(-1)
+    values = np.asarray(multihost_utils.process_allgather(values)).reshape(-1)
+  keep = positions >= 0
+  _, first = np.unique(positions[keep], return_index=True)
+  return values[keep][first]

@@ -18,14 +18,15 @@ from flax import nnx
 from data_pipelines.synthetic import look_around
 from jaxspatial.envs import act3d
 from jaxspatial.models import Precision, memory, model_options
+from jaxspatial.models.sharding import global_batch, local_rows
 from jaxspatial.models.qwen2_5_vl.model import Qwen25VL
 from jaxspatial.models.qwen2_5_vl.tokenizer import train_tokenizer
 from jaxspatial.rl.objectives import PolicyLossConfig
 from jaxspatial.rollout import AgentRollout, agents, prompts, tiny
 from jaxspatial.rollout.viewer import trajectory_html
 from jaxspatial.train import (AdvantageConfig, Experiment, OptimizerConfig, Phase,
-                              RolloutBatch, StepConfig, TrainBatch, shard_batch)
-from recipes.common import accuracy, small_model_config
+                              RolloutBatch, StepConfig, TrainBatch)
+from recipes.common import accuracy, gather_rows, my_rows, small_model_config
 
 SYSTEM = ("Answer with one colour word. To look around, call render_view_tool with "
           "turn_left or turn_right.")
@@ -116,8 +117,13 @@ class LookAround(Experiment):
   # -- data --------------------------------------------------------------------------------
 
   def _rollout(self, split: Split, key, temperature=None, forced=None):
-    return self.run(self.model, split.tasks, key, forced=forced, prompt_ids=split.prompt_ids,
-                    prompt_mask=split.prompt_mask, temperature=temperature, mesh=self.mesh)
+    """Compiled rollouts of the global batch `split`: this process runs its rows, the
+    trajectory is global (rows over ('data', 'fsdp'))."""
+    rows = my_rows(len(split.questions))
+    mine = split.take(rows)
+    return self.run(self.model, mine.tasks, key, prompt_ids=mine.prompt_ids,
+                    prompt_mask=mine.prompt_mask, temperature=temperature, mesh=self.mesh,
+                    forced=None if forced is None else np.asarray(forced)[rows])
 
   def prepare(self, phase, module):
     if phase.name == "sft" and self.dataset is None:
@@ -126,7 +132,8 @@ class LookAround(Experiment):
       self.dataset = None
 
   def _sft_dataset(self) -> TrainBatch:
-    """The scripted explorer's trajectories (forced rollouts: the exact layout and views)."""
+    """The scripted explorer's trajectories (forced rollouts: the exact layout and views);
+    each process keeps its rows of each chunk."""
     c = self.c
     rng = np.random.default_rng([c.seed, 7])
     count = c.data.sft_trajectories
@@ -137,13 +144,16 @@ class LookAround(Experiment):
       split = self.train.take(index[start:start + c.sft.batch])
       scripts = [look_around.expert_turns(q, rng) for q in split.questions]
       traj = self._rollout(split, jax.random.PRNGKey(start), forced=self.run.forced(scripts))
-      parts.append(jax.device_get(TrainBatch.from_trajectory(traj)))
+      parts.append(jax.tree.map(local_rows, TrainBatch.from_trajectory(traj)))
     return jax.tree.map(lambda *x: np.concatenate(x), *parts)
 
   def train_batch(self, phase, step):
-    rng = np.random.default_rng([self.c.seed, 3, step])
-    index = rng.choice(self.dataset.batch_size, self.c.sft.batch, replace=False)
-    return shard_batch(jax.tree.map(lambda x: jnp.asarray(x[index]), self.dataset), self.mesh)
+    """Step k's batch: `sft.batch` rows drawn from the (per-process) trajectories."""
+    count = jax.process_count()
+    rng = np.random.default_rng([self.c.seed, 3, step] + ([jax.process_index()]
+                                                          if count > 1 else []))
+    index = rng.choice(self.dataset.batch_size, self.c.sft.batch // count, replace=False)
+    return global_batch(jax.tree.map(lambda x: x[index], self.dataset), self.mesh)
 
   def rollout(self, phase, step, key):
     c = self.c
@@ -152,11 +162,13 @@ class LookAround(Experiment):
     split = self.train.take(np.repeat(chosen, c.advantage.group_size))
     traj = self._rollout(split, key)
     explore = np.asarray([q.needs_exploration for q in split.questions])
-    judge = np.asarray(traj.reward_components["judge"])
-    moved = np.asarray(traj.reward_components["interactions"]) > 0
-    metrics = {"reward": jnp.mean(traj.reward), "accuracy": judge.mean(),
-               "accuracy/explore": judge[explore].mean() if explore.any() else 0.0,
-               "explore_rate": moved[explore].mean() if explore.any() else 0.0,
+    mask = global_batch(explore[my_rows(len(explore))].astype(np.float32), self.mesh)
+    judge = traj.reward_components["judge"]
+    moved = (traj.reward_components["interactions"] > 0).astype(jnp.float32)
+    explored = max(float(explore.sum()), 1.0)
+    metrics = {"reward": jnp.mean(traj.reward), "accuracy": jnp.mean(judge),
+               "accuracy/explore": jnp.sum(judge * mask) / explored,
+               "explore_rate": jnp.sum(moved * mask) / explored,
                "tokens": jnp.sum(traj.loss_mask)}
     if c.snapshot_every and step % c.snapshot_every == 0:
       self._page(traj, f"rollouts_train_{c.sft.steps + step:05d}.html",
@@ -164,11 +176,13 @@ class LookAround(Experiment):
     return RolloutBatch(TrainBatch.from_trajectory(traj), traj.reward, traj, metrics)
 
   def _page(self, traj, name: str, title: str) -> None:
+    """An HTML page of process 0's episodes."""
+    rows = jax.tree.map(local_rows, traj)
     if jax.process_index() == 0:
       path = f"{self.c.workdir}/{name}"
       with open(path, "w", encoding="utf-8") as f:
-        f.write(trajectory_html(jax.device_get(traj), self.tokenizer,
-                                self.run.automaton.grammar, title=title))
+        f.write(trajectory_html(rows, self.tokenizer, self.run.automaton.grammar,
+                                title=title))
 
   # -- evaluation --------------------------------------------------------------------------
 
@@ -176,20 +190,21 @@ class LookAround(Experiment):
     """Greedy test accuracy per side, on exploration questions (left + right) and overall,
     with standard errors. `first_view_only` forces an answer in the first turn."""
     batch, test = self.c.eval.batch, self.test
-    correct, sides = [], []
+    positions, correct = [], []
     for start in range(0, len(test.questions), batch):
       index = np.arange(start, min(start + batch, len(test.questions)))
-      if len(index) < batch:  # one compiled shape: pad with repeats, drop after
-        index = np.concatenate([index, np.full(batch - len(index), index[-1])])
-      split = test.take(index)
+      real = len(index)
+      if real < batch:  # one compiled shape: pad with repeats, dropped by position
+        index = np.concatenate([index, np.full(batch - real, index[-1])])
       forced = None
       if first_view_only:
         forced = self.run.forced([[look_around.first_view_prefix()]] * len(index))
-      traj = jax.device_get(self._rollout(split, jax.random.PRNGKey(0), 0.0, forced))
-      keep = len(test.questions) - start
-      correct += list(np.asarray(traj.reward_components["judge"])[:keep] > 0)
-      sides += [q.side for q in split.questions[:keep]]
-    sides = np.asarray(sides)
+      traj = self._rollout(test.take(index), jax.random.PRNGKey(0), 0.0, forced)
+      rows = my_rows(len(index))
+      positions += list(np.where(rows < real, index[rows], -1))
+      correct += list(local_rows(traj.reward_components["judge"]) > 0)
+    correct = gather_rows(positions, correct) > 0
+    sides = np.asarray([q.side for q in test.questions])
     groups = {s: sides == s for s in look_around.SIDES}
     groups["explore"] = sides != "front"
     groups["all"] = np.ones(len(sides), bool)

@@ -26,18 +26,20 @@ import numpy as np
 from flax import nnx
 
 from data_pipelines.synthetic import thinker3d as data
-from jaxspatial.models import (GeometryStandInExtractor, Precision, Projector3DConfig,
-                               Thinker3DPolicy, apply_lora, latent3d, memory, model_options)
+from data_pipelines.synthetic.stand_in_features import GeometryStandInExtractor
+from jaxspatial.models import (Precision, Projector3DConfig, Thinker3DPolicy, apply_lora,
+                               latent3d, memory, model_options)
 from jaxspatial.models.qwen2_5_vl.model import Qwen25VL
+from jaxspatial.models.sharding import global_batch, local_rows
 from jaxspatial.models.qwen2_5_vl.tokenizer import train_tokenizer
 from jaxspatial.rl.objectives import PolicyLossConfig
 from jaxspatial.rollout import automaton as am, episode, grammars, prompts, tiny
 from jaxspatial.rollout import thinker3d as rollout3d
 from jaxspatial.rollout.viewer import completions_html
 from jaxspatial.train import (AdvantageConfig, Checkpointer, Experiment, OptimizerConfig, Phase,
-                              RolloutBatch, StepConfig, TrainBatch, shard_batch, trainable)
+                              RolloutBatch, StepConfig, TrainBatch, trainable)
 from jaxspatial.train.thinker3d import Stage1Config, stage1_batch, stage1_terms
-from recipes.common import small_model_config
+from recipes.common import gather_rows, my_rows, small_model_config
 
 STAND_IN_VERSION = 2  # bump when GeometryStandInExtractor's features change
 EVAL_METRICS = ("cross_entropy", "alignment", "format", "correct", "latent_sim",
@@ -207,24 +209,28 @@ class Thinker3D(Experiment):
         latent_fallback=reward.get("latent_fallback", "after_header"))
 
   def sample(self, split: Split, index, key, temperature: float, primed: bool = False):
-    """A compiled rollout over split[index]; `primed` appends `<|latent_start|>` to the
-    prompts (the latents of a policy that would not open the block itself)."""
-    index = np.asarray(index)
+    """A compiled rollout over the global batch split[index] (this process runs its rows;
+    the output is global); `primed` appends `<|latent_start|>` to the prompts (the latents
+    of a policy that would not open the block itself)."""
+    index = np.asarray(index)[my_rows(len(index))]
     ids, mask = split.prompt_ids[index], split.prompt_mask[index]
     if primed:
       ids = np.concatenate([ids, np.full((len(index), 1), self.latent_ids[0], ids.dtype)], 1)
       mask = np.concatenate([mask, np.ones((len(index), 1), bool)], 1)
     run = rollout3d.compile_rollout(self.rollout_config(temperature))
     examples = split.examples
+    inputs = global_batch((ids, mask, examples.images[index], examples.features[index],
+                           examples.answer_choice[index]), self.mesh)
     with jax.set_mesh(self.mesh):
-      return run(self.policy, self.automaton, jnp.asarray(ids), jnp.asarray(mask),
-                 jnp.asarray(examples.images[index]), jnp.asarray(examples.features[index]),
-                 jnp.asarray(examples.answer_choice[index]), key)
+      return run(self.policy, self.automaton, *inputs, key)
 
   def train_batch(self, phase, step):
     rng = np.random.default_rng([self.c.seed, 3, step])
     index = rng.choice(len(self.train.examples), self.c.sft.batch, replace=False)
-    return shard_batch(stage1_train_batch(self.train, index), self.mesh)
+    return self._global(stage1_train_batch(self.train, index[my_rows(len(index))]))
+
+  def _global(self, batch: TrainBatch) -> TrainBatch:
+    return global_batch(jax.tree.map(np.asarray, batch), self.mesh)
 
   def rollout(self, phase, step, key):
     c = self.c
@@ -243,21 +249,24 @@ class Thinker3D(Experiment):
     latent similarity (generated latents, the block forced open in `latent_sim_primed`)
     and reward."""
     c, test = self.c, self.test
-    sums: dict[str, list] = {}
+    positions, sums = [], {}
     for start in range(0, len(test.examples), c.eval.batch):
       index = np.arange(start, start + c.eval.batch) % len(test.examples)
-      keep = min(c.eval.batch, len(test.examples) - start)
+      mine = index[my_rows(len(index))]
+      wide = np.arange(start, start + c.eval.batch)[my_rows(len(index))]
+      positions += list(np.where(wide < len(test.examples), wide, -1))  # -1: a repeat
       with jax.set_mesh(self.mesh):
-        cross_entropy, alignment = _stage1_eval(self.policy, stage1_train_batch(test, index),
-                                                self.stage1)
+        cross_entropy, alignment = _stage1_eval(
+            self.policy, self._global(stage1_train_batch(test, mine)), self.stage1)
       free = self.sample(test, index, jax.random.PRNGKey(0), 0.0)
       primed = self.sample(test, index, jax.random.PRNGKey(0), 0.0, primed=True)
       values = {"cross_entropy": cross_entropy, "alignment": alignment,
                 "reward": free.reward, **free.reward_components,
                 "latent_sim_primed": primed.reward_components["latent_sim"]}
       for name, value in values.items():
-        sums.setdefault(name, []).extend(np.asarray(value)[:keep].tolist())
-    return {k: float(np.mean(v)) for k, v in sums.items()}
+        sums.setdefault(name, []).extend(local_rows(value).tolist())
+    return {name: float(np.mean(gather_rows(positions, value))) for name, value in
+            sums.items()}
 
   def evaluate(self, module, when, split=None):
     if split not in (None, "test"):
@@ -283,10 +292,15 @@ class Thinker3D(Experiment):
   def _completions_page(self, path, title: str) -> None:
     test = self.test
     index = np.arange(min(12, len(test.examples)))
-    out = jax.device_get(self.sample(test, index, jax.random.PRNGKey(0), 0.0))
+    out = jax.tree.map(local_rows, self.sample(test, index, jax.random.PRNGKey(0), 0.0))
+    index = index[my_rows(len(index))]
+    if jax.process_index() != 0:
+      return
     pieces, _ = am.token_bytes(self.tokenizer)
     prompt_length = test.prompt_ids.shape[1]
-    texts = [b"".join(pieces[i] for i in out.tokens[b, prompt_length:prompt_length + n])
+    piece = lambda i: pieces[i] if i < len(pieces) else b"\xef\xbf\xbd"  # past the
+    # tokenizer's vocabulary (the model's is rounded up): shown as U+FFFD
+    texts = [b"".join(piece(i) for i in out.tokens[b, prompt_length:prompt_length + n])
              .decode("utf-8", "replace") for b, n in enumerate(out.lengths)]
     pathlib.Path(path).write_text(completions_html(
         out.images, [test.examples.questions[i] for i in index], texts, out.reward,

@@ -20,8 +20,9 @@ import numpy as np
 
 from data_pipelines import caches
 from data_pipelines.synthetic import look_around
+from data_pipelines.synthetic.stand_in_features import GeometryStandInExtractor
 from jaxspatial.geometry import Camera, look_at
-from jaxspatial.models.latent3d import OUTPUT_3D, GeometryStandInExtractor
+from jaxspatial.models.latent3d import OUTPUT_3D
 from jaxspatial.render import render
 
 VIEWS = ("ahead", "left", "right")          # image order; the options' order

@@ -5,9 +5,9 @@ from jaxspatial.models import memory
 from jaxspatial.models.attention import IMPLEMENTATIONS as ATTENTION_IMPLEMENTATIONS
 from jaxspatial.models.attention import attention, resolve as resolve_attention
 
-from jaxspatial.models.latent3d import (GeometryStandInExtractor, Thinker3DPolicy, VGGTExtractor,
-                                        add_latent_tokens, expand_output_3d, grow_embeddings,
-                                        image_token_rows, latent_label_mask, latent_positions)
+from jaxspatial.models.latent3d import (Thinker3DPolicy, add_latent_tokens, expand_output_3d,
+                                        grow_embeddings, image_token_rows, latent_label_mask,
+                                        latent_positions)
 from jaxspatial.models.lora import LoRALinear, LoRATiedHead, apply_lora, linear_names, merge_lora
 from jaxspatial.models.projector3d import (TINY, Projector3D, Projector3DConfig,
                                            alignment_loss, load_torch_state_dict, stage1_loss)
@@ -16,8 +16,8 @@ from jaxspatial.models.precision import Precision, model_options
 from jaxspatial.models.sharding import RULES, logical_init, make_mesh, mesh_axes
 
 __all__ = ["ATTENTION_IMPLEMENTATIONS", "MemoryEstimate", "Precision", "attention", "memory",
-           "model_options", "resolve_attention", "RULES", "TINY", "GeometryStandInExtractor", "LoRALinear", "LoRATiedHead",
-           "Projector3D", "Projector3DConfig", "Thinker3DPolicy", "VGGTExtractor",
+           "model_options", "resolve_attention", "RULES", "TINY", "LoRALinear", "LoRATiedHead",
+           "Projector3D", "Projector3DConfig", "Thinker3DPolicy",
            "add_latent_tokens", "alignment_loss", "apply_lora", "expand_output_3d",
            "grow_embeddings", "image_token_rows", "latent_label_mask", "latent_positions",
            "linear_names", "load_torch_state_dict", "logical_init", "make_mesh", "merge_lora",

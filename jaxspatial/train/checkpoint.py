@@ -28,7 +28,6 @@ import hashlib
 import json
 import logging
 import os
-import pathlib
 import re
 import signal
 import sys
@@ -252,7 +251,9 @@ class Checkpointer:
                        f"steps kept under {directory}/latest), got {keep!r}")
     if _QUIET not in logging.getLogger("absl").filters:
       logging.getLogger("absl").addFilter(_QUIET)
-    self.directory = pathlib.Path(directory).absolute()
+    # epath: a gs:// work directory (TPU pods) stays remote; a local one is made absolute
+    path = epath.Path(directory)
+    self.directory = path if "://" in str(directory) else epath.Path(path.absolute())
     self.best_metric = best_metric
     options = ocp.CheckpointManagerOptions(max_to_keep=keep,
                                            enable_async_checkpointing=async_save)
