@@ -29,7 +29,8 @@ def experiment(config):
 
 def train(config) -> dict:
   """Trains the config's recipe with the library trainer; returns its results."""
-  from jaxspatial.train import Trainer  # pylint: disable=import-outside-toplevel
+  from jaxspatial.train import Trainer, initialize_from_env  # pylint: disable=import-outside-toplevel
+  initialize_from_env()  # before the recipe's modules start the backend
   return Trainer(config, experiment(config)).run()
 
 
@@ -37,5 +38,6 @@ def evaluate(config, checkpoint: str | None = None, split: str | None = None,
              best: bool = False) -> dict:
   """Evaluates a run's checkpoint (default: the config's workdir; the latest step, or the
   best) with the recipe's evaluation, on `split` (default: the config's)."""
-  from jaxspatial.train import Trainer  # pylint: disable=import-outside-toplevel
+  from jaxspatial.train import Trainer, initialize_from_env  # pylint: disable=import-outside-toplevel
+  initialize_from_env()
   return Trainer(config, experiment(config)).evaluate(checkpoint, split, best)

@@ -20,8 +20,12 @@ from jaxspatial.models.sharding import global_batch  # noqa: F401 (re-exported)
 
 
 def initialize_from_env(environ=None) -> tuple[int, int]:
+  """Call it before anything touches the XLA backend (importing jaxspatial.rollout does);
+  a second call is a no-op."""
   env = os.environ if environ is None else environ
-  if env.get("JAX_COORDINATOR_ADDRESS"):
+  if jax.distributed.is_initialized():
+    pass
+  elif env.get("JAX_COORDINATOR_ADDRESS"):
     for name in ("JAX_NUM_PROCESSES", "JAX_PROCESS_ID"):
       if name not in env:
         raise ValueError(f"initialize_from_env: JAX_COORDINATOR_ADDRESS is set but {name} "

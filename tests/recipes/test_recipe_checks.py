@@ -142,12 +142,15 @@ def test_two_processes_complete_an_rl_step(tmp_path, shared, name):
                JAX_NUM_PROCESSES="2", JAX_PROCESS_ID=str(i),
                XLA_FLAGS="--xla_force_host_platform_device_count=1",
                JAX_CPU_COLLECTIVES_IMPLEMENTATION="gloo")
+    # Output to files: a full pipe would block one process inside a collective.
+    log = open(tmp_path / f"process{i}.log", "w", encoding="utf-8")  # pylint: disable=consider-using-with
     procs.append(subprocess.Popen(
         [sys.executable, "-m", "launch.train", *_overrides(name, tmp_path / "run", shared,
                                                            extra)],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-  outputs = [p.communicate(timeout=1500)[0] for p in procs]
-  for p, out in zip(procs, outputs):
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, text=True))
+  for i, p in enumerate(procs):
+    p.wait(timeout=1500)
+    out = (tmp_path / f"process{i}.log").read_text()
     assert p.returncode == 0, out[-4000:]
   rows = _rows(tmp_path / "run")
   assert max(rows) == 1 and np.isfinite(next(iter(rows.values()))[
