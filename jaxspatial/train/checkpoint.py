@@ -134,6 +134,22 @@ def _agree(ok: bool) -> bool:
   return bool(np.all(np.asarray(flags)))
 
 
+def _read_on_every_process(read):
+  """`read()`, or _Unusable on every process when it fails on any (a mismatch of what was
+  passed in propagates as itself)."""
+  try:
+    value = read()
+  except CheckpointMismatchError:
+    raise
+  except Exception as error:  # pylint: disable=broad-exception-caught
+    value, ok, cause = None, False, _first_line(error)
+  else:
+    ok, cause = True, None
+  if not _agree(ok):
+    raise _Unusable(f"cannot be read: {cause or 'unreadable on another process'}")
+  return value
+
+
 def _sync(name: str) -> None:
   if jax.process_count() > 1:
     from jax.experimental import multihost_utils  # pylint: disable=import-outside-toplevel
@@ -411,14 +427,7 @@ class Checkpointer:
     once every array reads back with its recorded fingerprint. Returns (extra, optimizer).
     Raises _Unusable for a damaged step, CheckpointMismatchError for a structure mismatch;
     nothing is modified unless the step verifies."""
-    try:
-      extra = self._read_extra(manager, step)
-    except Exception as error:  # pylint: disable=broad-exception-caught
-      ok, cause = False, _first_line(error)
-    else:
-      ok, cause = True, None
-    if not _agree(ok):
-      raise _Unusable(f"cannot be read: {cause or 'unreadable on another process'}")
+    extra = _read_on_every_process(lambda: self._read_extra(manager, step))
     integrity = extra.pop(_INTEGRITY, None)
     if integrity is not None:
       if not isinstance(integrity, dict) or _sha256(
@@ -443,16 +452,11 @@ class Checkpointer:
     if with_data:
       args["data"] = _DataRestore()
     try:
-      restored = manager.restore(step, args=ocp.args.Composite(**args))
+      restored = _read_on_every_process(
+          lambda: manager.restore(step, args=ocp.args.Composite(**args)))
     except CheckpointMismatchError as error:
       raise CheckpointMismatchError(f"checkpoint step {step} under {manager.directory}: "
                                     f"{error}") from None
-    except Exception as error:  # pylint: disable=broad-exception-caught
-      ok, cause = False, _first_line(error)
-    else:
-      ok, cause = True, None
-    if not _agree(ok):
-      raise _Unusable(f"cannot be read: {cause or 'unreadable on another process'}")
     if recorded is not None:
       actual = fingerprint.records({name: restored[name] for name in targets})
       wrong = fingerprint.first_mismatch(recorded, actual)
