@@ -62,13 +62,13 @@ recipes: $(RUNTIME_STAMP) system-deps
 # adding). The heaviest directories are collected first so both workers finish together.
 TEST_WORKERS ?= 2
 test: $(DEV_STAMP) system-deps
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile tests/train tests/launch tests/models tests
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile tests/train tests/recipes tests/models tests
 
 # Every recipe (demo, Think3D-RL, Act3D, PERIA, 3DThinker stages 1 and 2) at tiny size through
 # the trainer: SIGKILL + resume equals an uninterrupted run, a NaN stops naming its step,
 # launch.eval reads the checkpoint, a 2-process jax.distributed run takes an RL step.
 train-checks: $(DEV_STAMP) system-deps
-	$(PY) -m pytest -m recipe_checks -n $(TEST_WORKERS) --dist load tests/recipes
+	$(PY) -m pytest -m recipe_checks -n $(TEST_WORKERS) --dist load tests/recipes tests/train
 
 bench: $(DEV_STAMP) system-deps
 	$(PY) -m benchmarks.render_bench

@@ -14,11 +14,11 @@ a fixed function of the seed and k.
 from __future__ import annotations
 
 import json
-import pathlib
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from etils import epath
 from flax import nnx
 
 from data_pipelines.loader import scene_tasks, task_batches
@@ -227,7 +227,7 @@ class AgentRecipe(Experiment):
   def _teacher_path(self):
     path = self.c.sft.trajectories
     if path == "scripted":
-      path = pathlib.Path(self.c.workdir) / f"teacher_{self.agent.name}.jsonl"
+      path = epath.Path(self.c.workdir) / f"teacher_{self.agent.name}.jsonl"
       if jax.process_index() == 0 and not path.exists():
         teachers.write_scripted(self.train_source, self.agent.name, path, self.c.seed)
       from jax.experimental import multihost_utils  # pylint: disable=import-outside-toplevel
@@ -253,7 +253,7 @@ class AgentRecipe(Experiment):
                    accuracy=jnp.mean(traj.reward_components[self.agent.accuracy_key]))
     if c.snapshot_every and step % c.snapshot_every == 0 and jax.process_index() == 0:
       number = c.sft.steps + step + 1
-      (pathlib.Path(c.workdir) / f"rollouts_train_{number:05d}.html").write_text(
+      (epath.Path(c.workdir) / f"rollouts_train_{number:05d}.html").write_text(
           trajectory_html(jax.tree.map(local_rows, traj), self.tokenizer,
                           self.run.automaton.grammar, title=f"{c.name} step {number}"))
     return RolloutBatch(TrainBatch.from_trajectory(traj), rewards, traj, metrics)

@@ -13,6 +13,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 import numpy as np
+from etils import epath
 from flax import nnx
 
 from data_pipelines.synthetic import look_around
@@ -179,10 +180,8 @@ class LookAround(Experiment):
     """An HTML page of process 0's episodes."""
     rows = jax.tree.map(local_rows, traj)
     if jax.process_index() == 0:
-      path = f"{self.c.workdir}/{name}"
-      with open(path, "w", encoding="utf-8") as f:
-        f.write(trajectory_html(rows, self.tokenizer, self.run.automaton.grammar,
-                                title=title))
+      (epath.Path(self.c.workdir) / name).write_text(trajectory_html(
+          rows, self.tokenizer, self.run.automaton.grammar, title=title))
 
   # -- evaluation --------------------------------------------------------------------------
 

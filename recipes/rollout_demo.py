@@ -1,12 +1,17 @@
-"""The rollout tools' set-up (launch/show_rollouts.py, launch/profile_rollout.py) from
-configs/rollout_demo.py: policy, tokenizer, the agent's rollout (automaton, observation
-template, settings), synthetic Act3D tasks and prompts, forced scripts."""
+"""The rollout tools (launch/show_rollouts.py, launch/profile_rollout.py) on
+configs/rollout_demo.py: `build` makes the policy, tokenizer, the agent's rollout
+(automaton, observation template, settings), synthetic Act3D tasks and prompts and forced
+scripts; `show` writes an HTML page of a batch of rollouts; `profile` reports what XLA
+made of the compiled rollout."""
 
 from __future__ import annotations
 
 import dataclasses
+import time
 
+import jax
 import jax.numpy as jnp
+from etils import epath
 from flax import nnx
 
 from data_pipelines.synthetic import episodes
@@ -14,6 +19,8 @@ from jaxspatial.envs import act3d
 from jaxspatial.models import Precision, model_options
 from jaxspatial.models.qwen2_5_vl.model import Qwen25VL
 from jaxspatial.rollout import AgentRollout, agents, automaton as am, episode, observation, tiny
+from jaxspatial.rollout import viewer
+from jaxspatial.rollout.profile import profile_compiled
 
 
 @dataclasses.dataclass
@@ -58,3 +65,47 @@ def build(c) -> RolloutSetup:
     forced = jnp.asarray(run.forced(turns))
   return RolloutSetup(tok, model, agent, run.automaton, run.template, run.config, tasks,
                       jnp.asarray(ids), jnp.asarray(mask), forced)
+
+
+def show(c) -> epath.Path:
+  """Runs `c.batch` compiled rollouts and writes `c.out`: each turn's text beside the view
+  the agent saw, the parsed actions, the rewards."""
+  s = build(c)
+  rollout = episode.compile_rollout(s.agent, s.template, s.config)
+  start = time.perf_counter()
+  trajectory = jax.block_until_ready(rollout(
+      s.model, s.automaton, s.tasks, s.prompt_ids, s.prompt_mask, jax.random.PRNGKey(c.seed),
+      s.forced))
+  print(f"{c.batch} episodes in {time.perf_counter() - start:.1f} s (compilation included)")
+  for name, value in trajectory.metrics().items():
+    print(f"  {name}: {float(value):.3f}")
+  page = viewer.trajectory_html(jax.device_get(trajectory), s.tokenizer, s.automaton.grammar,
+                                title=f"{c.agent} rollouts, seed {c.seed}")
+  out = epath.Path(c.out)
+  out.parent.mkdir(parents=True, exist_ok=True)
+  out.write_text(page)
+  print(f"rollout viewer: {out}")
+  return out
+
+
+def profile(c) -> dict:
+  """`profile_compiled` on the config's rollout, with ms per episode and tokens per second."""
+  s = build(c)
+  graphdef, state = nnx.split(s.model)
+
+  def program(state, automaton, tasks, ids, mask, key, forced):
+    model = nnx.merge(graphdef, state)
+    return episode.rollout(model, s.agent, automaton, s.template, tasks, ids, mask, key,
+                           s.config, None, forced)
+
+  print(f"rollout: batch {c.batch}, {c.max_turns} turns x {c.max_turn_tokens} tokens")
+  report, trajectory = profile_compiled(
+      program, (state, s.automaton, s.tasks, s.prompt_ids, s.prompt_mask,
+                jax.random.PRNGKey(c.seed), s.forced), repeats=c.repeats,
+      trace_dir=c.trace_dir or None)
+  best = report["run_s"]
+  tokens = float(trajectory.loss_mask.sum())
+  report["ms_per_episode"] = 1e3 * best / c.batch
+  print(f"run: {best:.3f} s for {c.batch} episodes = {report['ms_per_episode']:.1f} ms per "
+        f"episode, {tokens / best:.0f} generated tokens/s")
+  return report

@@ -23,6 +23,7 @@ import pathlib
 import jax
 import jax.numpy as jnp
 import numpy as np
+from etils import epath
 from flax import nnx
 
 from data_pipelines.synthetic import thinker3d as data
@@ -156,7 +157,7 @@ class Thinker3D(Experiment):
     self.train, self.test = self._split(train), self._split(test)
     if c.stage == 1:
       return self.policy
-    stage1 = Checkpointer(pathlib.Path(c.init_from) / "checkpoints")
+    stage1 = Checkpointer(epath.Path(c.init_from) / "checkpoints")
     if stage1.restore_params(self.policy) is None:
       raise FileNotFoundError(f"stage 2 starts from stage 1's checkpoint: none under "
                               f"{stage1.directory}; run configs/thinker3d_stage1.py:cpu first "
@@ -281,7 +282,7 @@ class Thinker3D(Experiment):
     after = results.get("after", results.get("policy"))
     if after is None:
       return ""
-    self._completions_page(pathlib.Path(workdir) / "completions.html",
+    self._completions_page(epath.Path(workdir) / "completions.html",
                            f"3DThinker stage {self.c.stage}: held-out samples (greedy)")
     before = results.get("before", {})
     lines = [f"{'held-out metric':22} | {'before':>9} | {'after':>9}"]
@@ -302,6 +303,6 @@ class Thinker3D(Experiment):
     # tokenizer's vocabulary (the model's is rounded up): shown as U+FFFD
     texts = [b"".join(piece(i) for i in out.tokens[b, prompt_length:prompt_length + n])
              .decode("utf-8", "replace") for b, n in enumerate(out.lengths)]
-    pathlib.Path(path).write_text(completions_html(
+    epath.Path(path).write_text(completions_html(
         out.images, [test.examples.questions[i] for i in index], texts, out.reward,
         out.reward_components, title))

@@ -23,6 +23,7 @@ import numpy as np
 from jaxspatial.envs.task import Task
 from jaxspatial.geometry import Camera, PointCloud, look_at
 from jaxspatial.geometry.pointcloud import bucket_size
+from jaxspatial.rollout.agents import Act3DAgent
 
 COLOURS = {"red": (220, 40, 40), "green": (40, 180, 60), "blue": (40, 70, 220),
            "yellow": (230, 210, 40)}
@@ -119,13 +120,15 @@ def make_tasks(count: int, seed: int, points: int = 6000, width: int = 56, heigh
   return stacked, questions
 
 
+WRITER = Act3DAgent()  # the demo's turns are Act3D's
+
+
 def _call(action: str) -> str:
-  return ('<think>no box here</think><tool_call>{"name": "render_view_tool", '
-          f'"arguments": {{"action": "{action}"}}}}</tool_call>')
+  return WRITER.call_turn("no box here", action)
 
 
 def answer_turn(colour: str) -> str:
-  return f"<think>I see it</think><answer>{colour}</answer>"
+  return WRITER.answer_turn("I see it", colour)
 
 
 def expert_turns(question: LookQuestion, rng: np.random.Generator) -> list[str]:
@@ -140,4 +143,4 @@ def expert_turns(question: LookQuestion, rng: np.random.Generator) -> list[str]:
 
 def first_view_prefix() -> str:
   """The forced start of the initial-view-only baseline's turn: it must answer now."""
-  return "<think>I see it</think><answer>"
+  return WRITER.answer_prefix("I see it")

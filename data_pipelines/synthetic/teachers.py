@@ -18,38 +18,39 @@ by letter (Think3D, PERIA), open answers by the answer text (Act3D).
 from __future__ import annotations
 
 import json
-import pathlib
 
 import numpy as np
+from etils import epath
 
-ACTIONS = {
-    "think3d": ('<tool_call>{{"name": "pi3_tool", "arguments": {{"rotation_reference_camera": 1, '
-                '"azimuth_angle": {azimuth}, "elevation_angle": 30, "camera_view": false}}}}'
-                '</tool_call>'),
-    "act3d": ('<tool_call>{{"name": "render_view_tool", "arguments": {{"action": "{turn}"}}}}'
-              '</tool_call>'),
-    "peria": ('<action>{{"name": "image_crop", "arguments": {{"image_index": 0, '
-              '"bounding_box": [250, 250, 750, 750]}}}}</action>'),
-}
+from jaxspatial.rollout.registry import AGENTS
+
+AGENT_NAMES = ("think3d", "act3d", "peria")
 
 
 def scripted_turns(agent: str, question: dict, rng: np.random.Generator) -> list[str]:
-  """One tool call, then the right answer (the dataset's question record)."""
-  if agent not in ACTIONS:
-    raise ValueError(f"scripted_turns: agent must be one of {sorted(ACTIONS)}, got {agent!r}")
-  call = ACTIONS[agent].format(azimuth=int(rng.choice([-90, -45, 45, 90])),
-                               turn=str(rng.choice(["turn_left", "turn_right"])))
+  """One tool call, then the right answer (the dataset's question record), written by the
+  registry's agent (its default settings)."""
+  if agent not in AGENT_NAMES:
+    raise ValueError(f"scripted_turns: agent must be one of {sorted(AGENT_NAMES)}, got "
+                     f"{agent!r}")
+  writer = AGENTS[agent]()
+  azimuth = int(rng.choice([-90, -45, 45, 90]))
+  turn = str(rng.choice(["turn_left", "turn_right"]))
+  thought = "Look from another side."
+  call = {"think3d": lambda: writer.call_turn(thought, camera=1, azimuth=azimuth, elevation=30),
+          "act3d": lambda: writer.call_turn(thought, action=turn),
+          "peria": lambda: writer.call_turn(thought, "image_crop", 0,
+                                            [(250, 250), (750, 750)])}[agent]()
   answer = question["answer_text"] if agent == "act3d" or not question["options"] else (
       question["answer"])
-  return [f"<think>Look from another side.</think>{call}",
-          f"<think>Now I can tell.</think><answer>{answer}</answer>"]
+  return [call, writer.answer_turn("Now I can tell.", answer)]
 
 
 def write_scripted(source, agent: str, path, seed: int = 0) -> int:
   """Writes one scripted trajectory per question of every scene in `source` (atomically);
   returns the count."""
   rng = np.random.default_rng(seed)
-  path = pathlib.Path(path)
+  path = epath.Path(path)  # local or remote (gs://)
   path.parent.mkdir(parents=True, exist_ok=True)
   lines = []
   for index in range(len(source)):
@@ -57,7 +58,7 @@ def write_scripted(source, agent: str, path, seed: int = 0) -> int:
     for q_index, question in enumerate(json.loads(example["questions"])):
       lines.append(json.dumps({"scene_seed": int(example["scene_seed"]), "question": q_index,
                                "turns": scripted_turns(agent, question, rng)}))
-  tmp = path.with_suffix(path.suffix + ".tmp")
+  tmp = path.with_name(path.name + ".tmp")
   tmp.write_text("\n".join(lines) + "\n")
   tmp.replace(path)
   return len(lines)
@@ -66,7 +67,7 @@ def write_scripted(source, agent: str, path, seed: int = 0) -> int:
 def read_trajectories(path) -> list[dict]:
   """The records of a trajectory file; a malformed line raises naming the file and line."""
   out = []
-  for number, line in enumerate(pathlib.Path(path).read_text().splitlines(), 1):
+  for number, line in enumerate(epath.Path(path).read_text().split("\n"), 1):
     if not line.strip():
       continue
     try:

@@ -40,7 +40,7 @@ from jaxspatial.envs import act3d, think3d
 from jaxspatial.rl.rewards import device_text
 from jaxspatial.rl.rewards.papers import Act3DRewardConfig, Think3DRewardConfig, act3d_reward
 from jaxspatial.envs.task import decode_text
-from jaxspatial.rollout import grammars, prompts
+from jaxspatial.rollout import grammars, prompts, turns
 from jaxspatial.rollout.automaton import Grammar
 from jaxspatial.rollout.peria_agent import PERIA_OBSERVATION, PeriaAgent  # noqa: F401 (re-exported)
 
@@ -51,7 +51,7 @@ TOOL_RESPONSE = ("<|im_end|>\n<|im_start|>user\n<tool_response>\n<|vision_start|
 
 
 @dataclasses.dataclass(frozen=True)
-class Act3DAgent:
+class Act3DAgent(turns.AnswerTurns):
   """Act3D: relative camera moves, then a short-phrase answer judged against the reference."""
   params: act3d.Act3DParams = act3d.Act3DParams()
   reward_config: Act3DRewardConfig = Act3DRewardConfig()
@@ -80,6 +80,18 @@ class Act3DAgent:
     """Rewards that need the model's text ([B] numpy), or None: the device's reward."""
     del rows, tokenizer
     return None
+
+  def call_turn(self, thought: str, action: str, distance=None) -> str:
+    """A camera move in this agent's syntax: `action` one of `act3d.PRIMITIVES`, `distance`
+    (metres or degrees, at most `max_distance`; None: the primitive's default)."""
+    if action not in act3d.PRIMITIVES:
+      raise ValueError(f"Act3D action: expected one of {act3d.PRIMITIVES}, got {action!r}")
+    arguments = {"action": action}
+    if distance is not None:
+      arguments["distance"] = turns.number(distance)
+      if not 0 <= arguments["distance"] <= self.max_distance:
+        raise ValueError(f"Act3D distance: expected 0..{self.max_distance}, got {distance!r}")
+    return turns.call("<tool_call>", "</tool_call>", thought, grammars.ACT3D_TOOL, arguments)
 
   @functools.cached_property
   def grammar(self) -> Grammar:
@@ -174,7 +186,7 @@ THINK3D_INTERMEDIATE, THINK3D_FINAL, THINK3D_REJECTED = range(3)
 
 
 @dataclasses.dataclass(frozen=True)
-class Think3DAgent:
+class Think3DAgent(turns.AnswerTurns):
   """Think3D: the task's input views in the first prompt, then views of the reconstruction
   (anchor camera, azimuth, elevation, ego or global), then a multiple-choice answer.
   `views`: "free" angles, or the paper-era RL prompt's three "preset" views."""
@@ -208,6 +220,25 @@ class Think3DAgent:
   def host_rewards(self, rows, tokenizer):
     del rows, tokenizer
     return None
+
+  def call_turn(self, thought: str, camera: int, azimuth, elevation, ego: bool = False) -> str:
+    """A view request in this agent's syntax: `camera` 1-based (the paper's
+    rotation_reference_camera), angles in degrees (with `views="preset"`, one of
+    `grammars.THINK3D_PRESET_VIEWS`), `ego` the camera's own view instead of the global one."""
+    if not 1 <= int(camera) <= self.max_cameras:
+      raise ValueError(f"Think3D camera: expected 1..{self.max_cameras}, got {camera!r}")
+    azimuth, elevation = turns.number(azimuth), turns.number(elevation)
+    if self.views == "preset":
+      if (azimuth, elevation) not in grammars.THINK3D_PRESET_VIEWS:
+        raise ValueError(f"Think3D preset views: expected (azimuth, elevation) in "
+                         f"{grammars.THINK3D_PRESET_VIEWS}, got {(azimuth, elevation)}")
+      azimuth, elevation = int(azimuth), int(elevation)
+    elif not (-180 <= azimuth <= 180 and -90 <= elevation <= 90):
+      raise ValueError(f"Think3D angles: expected azimuth in [-180, 180] and elevation in "
+                       f"[-90, 90], got {(azimuth, elevation)}")
+    arguments = {"rotation_reference_camera": int(camera), "azimuth_angle": azimuth,
+                 "elevation_angle": elevation, "camera_view": bool(ego)}
+    return turns.call("<tool_call>", "</tool_call>", thought, grammars.THINK3D_TOOL, arguments)
 
   @functools.cached_property
   def grammar(self) -> Grammar:

@@ -26,7 +26,7 @@ from jaxspatial.envs import peria
 from jaxspatial.rl.rewards import device_text
 from jaxspatial.rl.rewards.papers import peria_reward, peria_reward_text
 from jaxspatial.envs.task import decode_text
-from jaxspatial.rollout import grammars, prompts
+from jaxspatial.rollout import grammars, prompts, turns
 from jaxspatial.rollout.automaton import Grammar
 
 
@@ -52,7 +52,7 @@ FORMAT_ERROR_VARIANT = INVALID_CALL_VARIANT + 1
 
 
 @dataclasses.dataclass(frozen=True)
-class PeriaAgent:
+class PeriaAgent(turns.AnswerTurns):
   """PERIA: the public server's six interaction tools on the episode's image list, then an
   answer: an option letter for multiple-choice tasks, else a phrase judged against the
   reference. R_format + R_correct on device; R_rep is the host's (it needs the text).
@@ -91,6 +91,36 @@ class PeriaAgent:
     `rows` is this process's trajectory rows as numpy."""
     return text_rewards(rows.tokens, rows.loss_mask, rows.turn_active.sum(-1),
                         rows.reward_components["correct"], tokenizer)
+
+  def call_turn(self, thought: str, tool: str, image_index: int, points,
+                label: str | None = None) -> str:
+    """A tool call in this agent's syntax: `tool` one of `grammars.PERIA_TOOLS` on image
+    `image_index`, `points` [(x, y), ...] on the 0..scale grid written to the tool's argument
+    (image_label: `label` and its position). Coordinates as `coordinate_format` says. Which
+    point counts a tool takes is the environment's to check."""
+    if tool not in grammars.PERIA_TOOLS:
+      raise ValueError(f"PERIA tool: expected one of {grammars.PERIA_TOOLS}, got {tool!r}")
+    if not 0 <= int(image_index) < self.params.max_images:
+      raise ValueError(f"PERIA image_index: expected 0..{self.params.max_images - 1}, got "
+                       f"{image_index!r}")
+    flat = [int(v) for xy in points for v in xy]
+    scale = int(self.params.scale)
+    if (not flat or len(flat) % 2 or len(flat) > 2 * self.params.max_path_points
+        or not all(0 <= v <= scale for v in flat)):
+      raise ValueError(f"PERIA points: expected 1..{self.params.max_path_points} (x, y) pairs "
+                       f"in 0..{scale}, got {points!r}")
+    values = flat if self.coordinate_format == "list" else (
+        "\\boxed{" + ",".join(map(str, flat)) + "}")
+    argument = grammars.PERIA_ARGUMENTS[peria.TOOL_ARGUMENT[grammars.PERIA_TOOLS.index(tool)]]
+    arguments = {"image_index": int(image_index)}
+    if argument == "text":
+      if label is None or '"' in label or "\\" in label:
+        raise ValueError(f"PERIA image_label: expected a label without '\"' or '\\\\', "
+                         f"got {label!r}")
+      arguments.update(text=label, position=values)
+    else:
+      arguments[argument] = values
+    return turns.call("<action>", "</action>", thought, tool, arguments)
 
   def __post_init__(self):
     if self.coordinate_format not in grammars.PERIA_COORDINATES:

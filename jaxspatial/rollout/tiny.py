@@ -12,24 +12,24 @@ import random
 
 from jaxspatial.envs.act3d import PRIMITIVES
 from jaxspatial.rollout import prompts
+from jaxspatial.rollout.agents import Act3DAgent, Think3DAgent
 
 LATENT_TOKENS = ("<|latent_start|>", "<|latent_pad|>", "<|latent_end|>")
 
 
 def example_turns(count: int = 400, seed: int = 0) -> list[str]:
   """Well-formed Act3D and Think3D turns and answers (tokenizer training text)."""
+  act3d, think3d = Act3DAgent(), Think3DAgent()
   rng = random.Random(seed)
   words = ("the chair is left of the table", "move closer", "I see a sofa", "look around")
   out = []
   for _ in range(count):
-    think = f"<think>{rng.choice(words)}</think>"
-    out.append(think + '<tool_call>{"name": "render_view_tool", "arguments": {"action": "'
-               f'{rng.choice(PRIMITIVES)}", "distance": {rng.uniform(0, 9):.1f}}}}}</tool_call>')
-    out.append(think + '<tool_call>{"name": "pi3_tool", "arguments": '
-               f'{{"rotation_reference_camera": {rng.randint(1, 4)}, "azimuth_angle": '
-               f'{rng.randint(-180, 180)}, "elevation_angle": {rng.randint(-90, 90)}, '
-               f'"camera_view": {rng.choice(("true", "false"))}}}}}</tool_call>')
-    out.append(think + f"<answer>{rng.choice(('A', 'red chair', 'two', 'left'))}</answer>")
+    thought = rng.choice(words)
+    out.append(act3d.call_turn(thought, rng.choice(PRIMITIVES), round(rng.uniform(0, 9), 1)))
+    camera, azimuth = rng.randint(1, 4), rng.randint(-180, 180)
+    out.append(think3d.call_turn(thought, camera, azimuth, rng.randint(-90, 90),
+                                 ego=rng.choice((True, False))))
+    out.append(act3d.answer_turn(thought, rng.choice(("A", "red chair", "two", "left"))))
   return out
 
 
@@ -59,14 +59,6 @@ MOVES = (("turn_left", 60), ("forward", 1.5), ("turn_right", 30), ("up", None), 
 
 def scripted_act3d_turns(batch: int, turns: int, answer: str = "red chair") -> list[list[str]]:
   """Per episode, `turns - 1` Act3D camera moves then an answer (for forced tokens)."""
-  out = []
-  for b in range(batch):
-    episode_turns = []
-    for t in range(turns - 1):
-      name, distance = MOVES[(b + t) % len(MOVES)]
-      args = f'"action": "{name}"' + ("" if distance is None else f', "distance": {distance}')
-      episode_turns.append('<think>look</think><tool_call>{"name": "render_view_tool", '
-                           f'"arguments": {{{args}}}}}</tool_call>')
-    episode_turns.append(f"<think>seen</think><answer>{answer}</answer>")
-    out.append(episode_turns)
-  return out
+  agent = Act3DAgent()
+  return [[agent.call_turn("look", *MOVES[(b + t) % len(MOVES)]) for t in range(turns - 1)]
+          + [agent.answer_turn("seen", answer)] for b in range(batch)]

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-import pathlib
+import io
 
 import numpy as np
+from etils import epath
 from PIL import Image, ImageDraw
 
 PALETTE = ((31, 119, 180), (214, 39, 40), (44, 160, 44), (148, 103, 189), (255, 127, 14))
 
 
 def line_chart(series: dict, path, title: str = "", width: int = 720, height: int = 400,
-               x_label: str = "step") -> pathlib.Path:
+               x_label: str = "step") -> epath.Path:
   """`series`: name -> (x values, y values). Axes span the data; a legend names the lines."""
   image = Image.new("RGB", (width, height), "white")
   draw = ImageDraw.Draw(image)
@@ -48,7 +49,9 @@ def line_chart(series: dict, path, title: str = "", width: int = 720, height: in
       draw.ellipse([points[0][0] - 2, points[0][1] - 2, points[0][0] + 2, points[0][1] + 2],
                    fill=colour)
     draw.text((right - 150, top + 6 + 14 * index), name, fill=colour)
-  path = pathlib.Path(path)
+  path = epath.Path(path)  # a local or a remote (gs://) file
   path.parent.mkdir(parents=True, exist_ok=True)
-  image.save(path)
+  buffer = io.BytesIO()
+  image.save(buffer, format="PNG")
+  path.write_bytes(buffer.getvalue())
   return path

@@ -257,6 +257,8 @@ class Trainer:
     pending: _Pending | None = None
 
     def save(step, phase_name, metrics=None, force=False):
+      if writer:
+        writer.flush()  # a remote metrics.jsonl holds every row up to the saved step
       extra = {"phase": phase_name, "results": results, "seed": c.seed, "config": flat}
       checkpointer.save(step, self.module, optimizer, extra, metrics, force=force,
                         data_iterator=experiment.data_iterator)

@@ -1,8 +1,8 @@
 """One process of a 2-process `jax.distributed` CPU run (tests/train/test_distributed.py):
 both processes take one GRPO step on a ('data',) mesh spanning them, each loading only its
-own half of the batch (`process_rows`, `global_batch`), and print the loss. Then they run
-one compiled rollout of the agent recipe (recipes/agents.py) over their own tasks and save
-their rows of it."""
+own half of the batch (`process_rows`, `global_batch`), and print the loss. With a second
+argument "rollout" they then run one compiled rollout of the agent recipe
+(recipes/agents.py) over their own tasks and save their rows of it."""
 
 import sys
 
@@ -88,7 +88,8 @@ def main():
     metrics = train_step(model, optimizer, data, GRPO)
     loss = float(jax.device_get(metrics["loss"]))
   print(f"process {process}: GRPO step done, loss {loss:.7f}", flush=True)
-  rollout_rows(process, mesh, sys.argv[1])
+  if sys.argv[2:] == ["rollout"]:
+    rollout_rows(process, mesh, sys.argv[1])
   jax.distributed.shutdown()
   return 0
 

@@ -1,6 +1,7 @@
 """Two processes with `jax.distributed` on CPU complete a GRPO step together, with the loss
-of the same step on one device; and a recipe rollout whose tasks each process loaded
-itself gives, row for row, the one-process rollout of all the tasks."""
+of the same step on one device; and (`make train-checks`: too slow for `make test`) a
+recipe rollout whose tasks each process loaded itself gives, row for row, the one-process
+rollout of all the tasks."""
 
 import os
 import pathlib
@@ -9,6 +10,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 from flax import nnx
 
 from jaxspatial.models.qwen2_5_vl import Qwen25VL
@@ -25,28 +27,39 @@ def _free_port() -> int:
     return s.getsockname()[1]
 
 
-def test_two_process_grpo_step(tmp_path):
+def _two_processes(tmp_path, *args) -> list[str]:
   port = _free_port()
   procs = []
   for i in range(2):
     env = dict(os.environ, JAX_PLATFORMS="cpu", JAX_COORDINATOR_ADDRESS=f"localhost:{port}",
                JAX_NUM_PROCESSES="2", JAX_PROCESS_ID=str(i),
                XLA_FLAGS="--xla_force_host_platform_device_count=1")
+    # Output to files: a full pipe would block one process inside a collective.
+    log = open(tmp_path / f"process{i}.log", "w", encoding="utf-8")  # pylint: disable=consider-using-with
     procs.append(subprocess.Popen([sys.executable, "-m", "tests.train.distributed_worker",
-                                   str(tmp_path)],
-                                  cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, text=True))
+                                   str(tmp_path), *args],
+                                  cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT))
   outputs = []
-  for p in procs:
-    out, _ = p.communicate(timeout=600)
+  for i, p in enumerate(procs):
+    p.wait(timeout=600)
+    out = (tmp_path / f"process{i}.log").read_text()
     outputs.append(out)
     assert p.returncode == 0, out[-4000:]
+  return outputs
+
+
+def test_two_process_grpo_step(tmp_path):
+  outputs = _two_processes(tmp_path)
   losses = [float(o.split("loss ")[-1].split()[0]) for o in outputs]
   model = Qwen25VL(CONFIG, rngs=nnx.Rngs(0))
   optimizer = make_optimizer(model, OptimizerConfig(learning_rate=1e-2, total_steps=10))
   expected = float(train_step(model, optimizer, batch(0), GRPO)["loss"])
   np.testing.assert_allclose(losses, [expected, expected], rtol=1e-5)
-  # The recipe's rollout: each process's rows equal the one-process rollout's.
+
+
+@pytest.mark.recipe_checks
+def test_two_process_recipe_rollout_rows_equal_the_one_process_rollout(tmp_path):
+  _two_processes(tmp_path, "rollout")
   import jax
   from tests.train.distributed_worker import recipe_job, recipe_tasks
   job = recipe_job(None)

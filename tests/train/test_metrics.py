@@ -71,3 +71,58 @@ def test_torn_last_row_is_dropped(tmp_path):
   writer.write(2, {"loss": 2})
   writer.close()
   assert [row["step"] for row in read_jsonl(tmp_path / "metrics.jsonl")] == [1, 2]
+
+
+@pytest.fixture
+def gs():
+  """gs:// served by fsspec's in-memory filesystem (etils.epath's gs backend is fsspec's
+  "gcs" protocol), which, like GCS, is not a local folder."""
+  import fsspec  # pylint: disable=import-outside-toplevel
+  from fsspec.implementations.memory import MemoryFileSystem  # pylint: disable=import-outside-toplevel
+  from etils.epath import backend  # pylint: disable=import-outside-toplevel
+  from fsspec.registry import _registry as registered  # pylint: disable=import-outside-toplevel
+  previous = registered.get("gcs")
+  MemoryFileSystem.store.clear()
+  fsspec.register_implementation("gcs", MemoryFileSystem, clobber=True)
+  backend.fsspec_backend._get_filesystem.cache_clear()  # pylint: disable=protected-access
+  yield "gs://bucket/run"
+  if previous is None:
+    registered.pop("gcs", None)
+  else:
+    registered["gcs"] = previous
+  backend.fsspec_backend._get_filesystem.cache_clear()  # pylint: disable=protected-access
+
+
+def test_a_remote_logdir_gets_every_row_up_to_a_flush_and_resumes(gs):
+  from etils import epath  # pylint: disable=import-outside-toplevel
+  writer = MetricWriter(gs, upload_every_s=1e9)
+  for step in range(1, 5):
+    writer.write(step, {"loss": float(step)})
+  assert not (epath.Path(gs) / "metrics.jsonl").exists()  # not uploaded yet
+  writer.flush()  # the trainer flushes before each checkpoint
+  assert [r["step"] for r in read_jsonl(f"{gs}/metrics.jsonl")] == [1, 2, 3, 4]
+  assert any(p.name.startswith("events.out.tfevents.") for p in epath.Path(gs).iterdir())
+  writer.write(5, {"loss": 5.0})  # lost with the process: the run resumes from step 4
+  del writer
+  resumed = MetricWriter(gs, resume_step=3, upload_every_s=1e9)
+  assert [r["step"] for r in read_jsonl(f"{gs}/metrics.jsonl")] == [1, 2, 3]
+  resumed.write(4, {"loss": 4.5})
+  resumed.close()
+  rows = read_jsonl(f"{gs}/metrics.jsonl")
+  assert [(r["step"], r["loss"]) for r in rows] == [(1, 1.0), (2, 2.0), (3, 3.0), (4, 4.5)]
+
+
+def test_charts_and_teacher_files_are_written_to_a_remote_folder(gs):
+  import io  # pylint: disable=import-outside-toplevel
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  from PIL import Image  # pylint: disable=import-outside-toplevel
+  from etils import epath  # pylint: disable=import-outside-toplevel
+  from data_pipelines.synthetic import teachers  # pylint: disable=import-outside-toplevel
+  from jaxspatial.train.plots import line_chart  # pylint: disable=import-outside-toplevel
+  path = line_chart({"loss": ([1, 2, 3], [3.0, 2.0, 1.0])}, f"{gs}/curve.png")
+  image = Image.open(io.BytesIO(epath.Path(path).read_bytes()))
+  assert image.size == (720, 400) and np.asarray(image).std() > 0
+  scene = {"scene_seed": 7, "questions": '[{"answer_text": "red", "options": [], "answer": ""}]'}
+  assert teachers.write_scripted([scene], "act3d", f"{gs}/teacher.jsonl") == 1
+  records = teachers.read_trajectories(f"{gs}/teacher.jsonl")
+  assert records[0]["scene_seed"] == 7 and records[0]["turns"][-1].endswith("<answer>red</answer>")

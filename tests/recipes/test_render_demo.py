@@ -4,7 +4,7 @@ import numpy as np
 from PIL import Image
 
 from configs import render_demo as demo_config
-from launch import render_demo
+from recipes import render_demo
 
 
 def test_demo_writes_a_contact_sheet(tmp_path):
@@ -13,8 +13,8 @@ def test_demo_writes_a_contact_sheet(tmp_path):
   config.num_views = 3
   config.width, config.height = 64, 48
   config.out = str(tmp_path / "sheet.png")
-  out = render_demo.run(config)
-  sheet = np.asarray(Image.open(out))
+  out = render_demo.render_sheet(config)
+  sheet = np.asarray(Image.open(str(out)))
   rows, label, gap = 4, 16, 4
   assert sheet.shape == (rows * (48 + gap + label) + gap, 3 * (64 + gap) + gap, 3)
   first_view = sheet[gap + label: gap + label + 48, gap: gap + 64]

@@ -3,12 +3,12 @@ reports compile time, cost and memory analysis and a trace."""
 
 import re
 
-from configs import rollout_demo
-from launch import profile_rollout, show_rollouts
+from configs import rollout_demo as rollout_config
+from recipes import rollout_demo
 
 
 def _small():
-  config = rollout_demo.get_config()
+  config = rollout_config.get_config()
   config.batch, config.max_turns, config.max_turn_tokens = 2, 3, 40
   config.points, config.width, config.height = 8_000, 56, 56
   return config
@@ -17,7 +17,7 @@ def _small():
 def test_show_rollouts_writes_each_episode_with_its_turns_and_views(tmp_path):
   config = _small()
   config.out = str(tmp_path / "rollouts.html")
-  page = show_rollouts.run(config).read_text()
+  page = rollout_demo.show(config).read_text()
   assert page.count("<h2>episode") == 2
   # Scripted: two camera moves per episode with their parsed action, each beside its view.
   assert len(re.findall(r"call action=\w+", page)) == 4
@@ -29,7 +29,7 @@ def test_profile_rollout_reports_costs_and_writes_a_trace(tmp_path):
   config = _small()
   config.repeats = 1
   config.trace_dir = str(tmp_path / "trace")
-  report = profile_rollout.run(config)
+  report = rollout_demo.profile(config)
   assert report["flops"] > 0 and report["bytes_accessed"] > 0
   assert report["compile_s"] > 0 and report["ms_per_episode"] > 0
   assert any((tmp_path / "trace").rglob("*.xplane.pb"))
