@@ -22,6 +22,9 @@ CONFIG=${1:?usage: sbatch launch/slurm_gpu.sh CONFIG [--config.key=value ...]}
 shift
 cd "${SLURM_SUBMIT_DIR:-$(dirname "$0")/..}"
 export XLA_PYTHON_CLIENT_MEM_FRACTION=${XLA_PYTHON_CLIENT_MEM_FRACTION:-0.9}
+# JAX's persistent compilation cache: a requeued job loads its compiled programs instead of
+# compiling them again (process 0 writes it; it must be on the shared file system).
+export JAX_COMPILATION_CACHE_DIR=${JAX_COMPILATION_CACHE_DIR:-$PWD/.cache/xla}
 # launch.train adds -nvptx-allow-ftz-atomics to XLA_FLAGS on jaxlib 0.10.2-0.11.0 (the f32
 # scatter-add CAS loop, jax #38806: jaxspatial/xla_workarounds.py)
 status=0
