@@ -14,6 +14,7 @@ like the cameras; Think3D's prompt shows them); off, tasks carry the empty [8, 0
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 
 import grain
 import jax
@@ -42,18 +43,64 @@ def encode_text(text: str, length: int) -> np.ndarray:
   return out
 
 
-def answer_rows(question: dict, scene_seed) -> np.ndarray:
+class RecordError(ValueError):
+  """A dataset record (one scene example) that breaks the stored format
+  (data_pipelines/builders/synthetic_spatial.py). `scene` is its scene_seed, `field` the
+  field (`questions[2].initial_view` for a question's), the message says what was expected
+  and what the record holds."""
+
+  def __init__(self, scene, field: str, problem: str):
+    self.scene, self.field, self.problem = scene, field, problem
+    super().__init__(f"scene {scene}: {field}: {problem}")
+
+  def __reduce__(self):  # pickles across processes (grain workers) with its fields
+    return type(self), (self.scene, self.field, self.problem)
+
+
+def _got(value) -> str:
+  text = repr(value)
+  return f"{type(value).__name__} {text[:60]}{'...' if len(text) > 60 else ''}"
+
+
+def _is_int(value) -> bool:
+  return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def answer_rows(question: dict, scene_seed, prefix: str = "") -> np.ndarray:
   """[MAX_ANSWERS, MAX_ANSWER_BYTES] the question's reference answers (`answers`, a list,
-  when the record has several; else `answer_text`), -1 padded."""
-  answers = question.get("answers") or [question["answer_text"]]
-  if not isinstance(answers, list) or not all(isinstance(a, str) for a in answers):
-    raise ValueError(f"scene {scene_seed}: question {question.get('question', '')[:60]!r}: "
-                     f"'answers' must be a list of strings, got {answers!r:.80}")
+  when the record has several; else `answer_text`), -1 padded. `prefix` names the
+  question in errors (`questions[2].`)."""
+  label = f"question {str(question.get('question', ''))[:60]!r}"
+  answers = question.get("answers")
+  if answers is not None and not (isinstance(answers, list) and not answers):
+    name = "answers"
+    if not isinstance(answers, list) or not all(isinstance(a, str) for a in answers):
+      raise RecordError(scene_seed, prefix + name,
+                        f"{label}: expected a list of strings, got {_got(answers)}")
+  elif "answer_text" in question:
+    name, answers = "answer_text", [question["answer_text"]]
+    if not isinstance(answers[0], str):
+      raise RecordError(scene_seed, prefix + name,
+                        f"{label}: expected a string, got {_got(answers[0])}")
+  else:
+    raise RecordError(scene_seed, prefix + "answer_text", f"{label}: missing")
   if len(answers) > MAX_ANSWERS:
-    raise ValueError(f"scene {scene_seed}: question {question.get('question', '')[:60]!r} has "
-                     f"{len(answers)} reference answers, more than MAX_ANSWERS {MAX_ANSWERS}")
+    raise RecordError(scene_seed, prefix + name, f"{label} has {len(answers)} reference "
+                      f"answers, more than MAX_ANSWERS {MAX_ANSWERS}")
   rows = np.full((MAX_ANSWERS, MAX_ANSWER_BYTES), -1, np.int32)
   for r, answer in enumerate(answers):
+    where = f"{prefix}{name}[{r}]" if name == "answers" else prefix + name
+    if not answer.strip():
+      raise RecordError(scene_seed, where, f"{label}: expected a non-empty answer, got "
+                        f"{answer!r}")
+    try:
+      size = len(answer.encode("utf-8"))
+    except UnicodeEncodeError:
+      raise RecordError(scene_seed, where, f"{label}: expected UTF-8 encodable text, got "
+                        f"{answer[:60]!r}") from None
+    if size > MAX_ANSWER_BYTES:
+      raise RecordError(scene_seed, where, f"{label}: {size} bytes, more than the padded "
+                        f"length {MAX_ANSWER_BYTES}")
     rows[r] = encode_text(answer, MAX_ANSWER_BYTES)
   return rows
 
@@ -63,33 +110,252 @@ def _pad(array: np.ndarray, length: int, fill) -> np.ndarray:
   return np.pad(array, widths, constant_values=fill)
 
 
+def scene_label(example) -> int | str:
+  """The scene_seed errors name a record by (a placeholder when it has none)."""
+  seed = example.get("scene_seed") if isinstance(example, Mapping) else None
+  if isinstance(seed, np.ndarray) and seed.ndim == 0:
+    seed = seed[()]
+  return int(seed) if _is_int(seed) else "<no valid scene_seed>"
+
+
+def _array(example, scene, name: str, dtype, shape: tuple) -> np.ndarray:
+  """example[name]: a numpy array of exactly `dtype` and `shape` (str entries: any length),
+  finite when floating point."""
+  if name not in example:
+    raise RecordError(scene, name, "missing")
+  value = example[name]
+  dtype = np.dtype(dtype)
+  want = "[" + ", ".join(str(s) for s in shape) + "]"
+  if not isinstance(value, np.ndarray):
+    raise RecordError(scene, name, f"expected a numpy array {want} of {dtype}, got "
+                      f"{_got(value)}")
+  if value.dtype != dtype:
+    raise RecordError(scene, name, f"expected dtype {dtype}, got {value.dtype}")
+  if value.ndim != len(shape) or any(isinstance(s, int) and s != d
+                                     for s, d in zip(shape, value.shape)):
+    raise RecordError(scene, name, f"expected shape {want}, got {value.shape}")
+  if dtype.kind == "f" and not np.isfinite(value).all():
+    first = np.argwhere(~np.isfinite(value))[0]
+    raise RecordError(scene, name, f"expected finite values, got {value[tuple(first)]} at "
+                      f"index {tuple(int(i) for i in first)}")
+  return value
+
+
+def scene_questions(example, scene=None) -> list[dict]:
+  """The example's `questions` (JSON text): a list of at most MAX_QUESTIONS_PER_SCENE
+  question objects, or a RecordError."""
+  scene = scene_label(example) if scene is None else scene
+  if not isinstance(example, Mapping):
+    raise RecordError(scene, "<record>", f"expected a mapping of fields, got {_got(example)}")
+  if "questions" not in example:
+    raise RecordError(scene, "questions", "missing")
+  text = example["questions"]
+  if isinstance(text, np.ndarray) and text.ndim == 0:
+    text = text[()]
+  if not isinstance(text, (str, bytes)):
+    raise RecordError(scene, "questions", f"expected JSON text, got {_got(text)}")
+  try:
+    questions = json.loads(text)
+  except (ValueError, RecursionError) as error:  # JSONDecodeError, UnicodeDecodeError
+    raise RecordError(scene, "questions", f"expected JSON text, got text that does not "
+                      f"parse ({str(error)[:100]})") from None
+  if not isinstance(questions, list) or not all(isinstance(q, dict) for q in questions):
+    raise RecordError(scene, "questions", f"expected a JSON list of question objects, got "
+                      f"{_got(questions)}")
+  if len(questions) > MAX_QUESTIONS_PER_SCENE:
+    raise RecordError(scene, "questions", f"expected at most MAX_QUESTIONS_PER_SCENE "
+                      f"{MAX_QUESTIONS_PER_SCENE} questions, got {len(questions)}")
+  return questions
+
+
+def check_example(example, max_views: int = MAX_VIEWS, points: int | None = None,
+                  input_images: bool = False) -> list[dict]:
+  """Checks one decoded scene example against the stored format and returns its
+  questions; a RecordError names the scene, the field, what was expected and what was got.
+
+  Per-point arrays (xyz float32 [N, 3], rgb uint8 [N, 3], instance int32 [N]) have one
+  length; cameras (intrinsics [V, 4], world_from_camera [V, 4, 4] rigid poses, images,
+  depth) one count V in 1..max_views; instance ids lie in -1..objects - 1; every question
+  has its fields with their types, its initial view and views among the V, its answer
+  letter among its options (answer_text that option), at most MAX_ANSWER_OBJECTS answer
+  objects, each an instance present in the cloud."""
+  scene = scene_label(example)
+  if not isinstance(example, Mapping):
+    raise RecordError(scene, "<record>", f"expected a mapping of fields, got {_got(example)}")
+  if "scene_seed" not in example:
+    raise RecordError(scene, "scene_seed", "missing")
+  if not isinstance(scene, int):
+    raise RecordError(scene, "scene_seed", f"expected an integer, got "
+                      f"{_got(example['scene_seed'])}")
+  if not -2**63 <= scene < 2**63:
+    raise RecordError(scene, "scene_seed", f"expected an int64, got {scene}")
+  if points is not None and (not _is_int(points) or points < 1):
+    raise ValueError(f"scene_tasks: points must be a positive integer or None, got {points!r}")
+  xyz = _array(example, scene, "xyz", np.float32, ("N", 3))
+  num_points = len(xyz)
+  if num_points == 0:
+    raise RecordError(scene, "xyz", "expected at least one point, got 0")
+  size = bucket_size(num_points) if points is None else points
+  if num_points > size:
+    raise RecordError(scene, "xyz", f"{num_points} points, more than the padded size {size} "
+                      "(raise the points setting)")
+  for name, dtype, shape in (("rgb", np.uint8, ("N", 3)), ("instance", np.int32, ("N",))):
+    value = _array(example, scene, name, dtype, shape)
+    if len(value) != num_points:
+      raise RecordError(scene, name, f"expected {num_points} rows (one per xyz point), got "
+                        f"{len(value)}")
+  low = _array(example, scene, "scene_min", np.float32, (3,))
+  high = _array(example, scene, "scene_max", np.float32, (3,))
+  if (low > high).any():
+    raise RecordError(scene, "scene_max", f"expected scene_max >= scene_min on every axis, "
+                      f"got min {low.tolist()} and max {high.tolist()}")
+  intrinsics = _array(example, scene, "intrinsics", np.float32, ("V", 4))
+  poses = _array(example, scene, "world_from_camera", np.float32, ("V", 4, 4))
+  views = len(poses)
+  if not 1 <= views <= max_views:
+    raise RecordError(scene, "world_from_camera", f"expected 1..{max_views} views, got {views}")
+  if len(intrinsics) != views:
+    raise RecordError(scene, "intrinsics", f"expected {views} rows (one per camera of "
+                      f"world_from_camera), got {len(intrinsics)}")
+  if (intrinsics[:, :2] <= 0).any():
+    v = int(np.argmax((intrinsics[:, :2] <= 0).any(1)))
+    raise RecordError(scene, "intrinsics", f"expected focal lengths fx, fy > 0, got camera "
+                      f"{v}'s {intrinsics[v, :2].tolist()}")
+  rotation = poses[:, :3, :3].astype(np.float64)
+  skew = np.abs(rotation @ np.swapaxes(rotation, 1, 2) - np.eye(3)).max((1, 2))
+  bottom = np.abs(poses[:, 3] - np.array([0, 0, 0, 1], np.float32)).max(1)
+  wrong = (skew > 1e-3) | (bottom > 1e-5) | (np.linalg.det(rotation) <= 0)
+  if wrong.any():
+    v = int(np.argmax(wrong))
+    raise RecordError(scene, "world_from_camera", f"expected rigid camera-to-world poses (a "
+                      f"rotation, last row 0 0 0 1), got camera {v}'s {poses[v].tolist()}")
+  if input_images:
+    _scene_images(example, intrinsics)
+  elif "images" in example:
+    images = example["images"]
+    if not isinstance(images, (list, tuple, np.ndarray)) or (isinstance(images, np.ndarray)
+                                                             and images.ndim == 0):
+      raise RecordError(scene, "images", f"expected a sequence of views, got {_got(images)}")
+    if len(images) != views:
+      raise RecordError(scene, "images", f"expected {views} views (one per camera), got "
+                        f"{len(images)}")
+  if "rig" in example and not isinstance(example["rig"], (str, bytes)):
+    raise RecordError(scene, "rig", f"expected the rig's name, got {_got(example['rig'])}")
+  if "depth" in example:
+    depth = example["depth"]
+    if not isinstance(depth, np.ndarray) or depth.dtype != np.float32:
+      raise RecordError(scene, "depth", f"expected a float32 array [{views}, H, W], got "
+                        f"{_got(depth)}")
+    if depth.ndim != 3 or len(depth) != views:
+      raise RecordError(scene, "depth", f"expected shape [{views}, H, W] (one per camera), got "
+                        f"{depth.shape}")
+  objects = None
+  if "object_names" in example:
+    names = example["object_names"]
+    if not isinstance(names, (list, tuple)) or not all(isinstance(n, (str, bytes))
+                                                      for n in names):
+      raise RecordError(scene, "object_names", f"expected a list of names, got {_got(names)}")
+    objects = len(names)
+  if "object_centres" in example:
+    centres = _array(example, scene, "object_centres", np.float32, ("O", 3))
+    if objects is not None and len(centres) != objects:
+      raise RecordError(scene, "object_centres", f"expected {objects} rows (one per object "
+                        f"name), got {len(centres)}")
+    objects = len(centres)
+  instance = example["instance"]
+  low_id, high_id = int(instance.min()), int(instance.max())
+  if low_id < -1 or objects is not None and high_id >= objects:
+    want = "-1 or more" if objects is None else f"-1..{objects - 1} ({objects} objects)"
+    raise RecordError(scene, "instance", f"expected object ids {want}, -1 for none, got "
+                      f"{low_id if low_id < -1 else high_id}")
+  questions = scene_questions(example, scene)
+  present: set[int] = set()
+  if any(q.get("answer_objects") for q in questions):
+    present = set(np.unique(instance).tolist())
+  for k, question in enumerate(questions):
+    _check_question(question, f"questions[{k}].", scene, views, present)
+  return questions
+
+
+def _check_question(q: dict, at: str, scene, views: int, present: set[int]) -> None:
+  def get(name, kinds, what):
+    if name not in q:
+      raise RecordError(scene, at + name, "missing")
+    value = q[name]
+    if not isinstance(value, kinds) or isinstance(value, bool) and bool not in kinds:
+      raise RecordError(scene, at + name, f"expected {what}, got {_got(value)}")
+    return value
+
+  text = get("question", (str,), "a string")
+  try:
+    size = len(text.encode("utf-8"))
+  except UnicodeEncodeError:
+    raise RecordError(scene, at + "question", f"expected UTF-8 encodable text, got "
+                      f"{text[:60]!r}") from None
+  if not text.strip() or size > MAX_QUESTION_BYTES:
+    raise RecordError(scene, at + "question", f"expected 1..{MAX_QUESTION_BYTES} bytes of "
+                      f"text, got {size} bytes: {text[:60]!r}")
+  family = get("family", (str,), "a string")
+  if family not in FAMILIES:
+    raise RecordError(scene, at + "family", f"expected one of {FAMILIES}, got {family!r}")
+  get("needs_exploration", (bool,), "a bool")
+  options = get("options", (list,), "a list of option strings")
+  if options and not 2 <= len(options) <= len(LETTERS) or not all(
+      isinstance(o, str) and o.strip() for o in options):
+    raise RecordError(scene, at + "options", f"expected [] (an open question) or 2.."
+                      f"{len(LETTERS)} non-empty strings, got {_got(options)}")
+  answer = get("answer", (str,), "a string")
+  answer_text = get("answer_text", (str,), "a string")
+  if options:
+    letters = LETTERS[:len(options)]
+    if len(answer) != 1 or answer not in letters:
+      raise RecordError(scene, at + "answer", f"expected one of {letters!r} (the letters of "
+                        f"its {len(options)} options), got {answer!r}")
+    chosen = options[letters.index(answer)]
+    if answer_text != chosen:
+      raise RecordError(scene, at + "answer_text", f"expected option {answer} "
+                        f"{chosen!r}, got {answer_text!r}")
+  answer_rows(q, scene, at)
+  objects = get("answer_objects", (list,), "a list of instance ids")
+  if len(objects) > MAX_ANSWER_OBJECTS:
+    raise RecordError(scene, at + "answer_objects", f"expected at most MAX_ANSWER_OBJECTS "
+                      f"{MAX_ANSWER_OBJECTS} ids, got {len(objects)}: {_got(objects)}")
+  for obj in objects:
+    if not _is_int(obj) or obj < 0 or int(obj) not in present:
+      raise RecordError(scene, at + "answer_objects", f"expected instance ids of the cloud's "
+                        f"objects ({sorted(i for i in present if i >= 0)}), got {_got(obj)}")
+  initial = get("initial_view", (int,), "an integer view index")
+  if not 0 <= initial < views:
+    raise RecordError(scene, at + "initial_view", f"expected 0..{views - 1} (the scene's "
+                      f"{views} views), got {initial}")
+  if "views" in q:
+    shown = get("views", (list,), "a list of view indices")
+    if not all(_is_int(v) and 0 <= v < views for v in shown):
+      raise RecordError(scene, at + "views", f"expected view indices in 0..{views - 1}, got "
+                        f"{_got(shown)}")
+
+
 def scene_tasks(example: dict, max_views: int = MAX_VIEWS, points: int | None = None,
                 input_images: bool = False) -> list[tuple[Task, dict]]:
   """Every question of one decoded scene example as (Task of numpy arrays, metadata).
   Clouds pad to `bucket_size` of their size, or to `points` (one shape for scenes of
   different sizes: batches stack them). `input_images`: carry the example's decoded
-  `images` (else the empty [max_views, 0, 0, 3])."""
+  `images` (else the empty [max_views, 0, 0, 3]). The example is checked first
+  (`check_example`): a record that breaks the stored format raises a RecordError."""
+  questions = check_example(example, max_views, points, input_images)
+  scene = scene_label(example)
   num_points = len(example["xyz"])
   size = bucket_size(num_points) if points is None else points
-  if num_points > size:
-    raise ValueError(f"scene {example['scene_seed']}: {num_points} points, more than the "
-                     f"padded size {size} (raise the points setting)")
   cloud = PointCloud(xyz=_pad(example["xyz"], size, 0.0), rgb=_pad(example["rgb"], size, 0),
                      valid=_pad(np.ones(num_points, bool), size, False),
                      instance=_pad(example["instance"], size, -1))
   views = len(example["world_from_camera"])
-  if not 1 <= views <= max_views:
-    raise ValueError(f"scene {example['scene_seed']}: {views} views, expected 1..{max_views}")
   take = np.minimum(np.arange(max_views), views - 1)  # pad by repeating the last view
   intrinsics = example["intrinsics"][take]
   cameras = Camera(fx=intrinsics[:, 0], fy=intrinsics[:, 1], cx=intrinsics[:, 2],
                    cy=intrinsics[:, 3], world_from_camera=example["world_from_camera"][take])
   images = (_scene_images(example, intrinsics[:views])[take] if input_images
             else np.zeros((max_views, 0, 0, 3), np.uint8))
-  questions = json.loads(example["questions"])
-  if len(questions) > MAX_QUESTIONS_PER_SCENE:
-    raise ValueError(f"scene {example['scene_seed']}: {len(questions)} questions, more than "
-                     f"{MAX_QUESTIONS_PER_SCENE}")
   out = []
   for q in questions:
     initial = q["initial_view"]
@@ -97,15 +363,14 @@ def scene_tasks(example: dict, max_views: int = MAX_VIEWS, points: int | None = 
         cloud=cloud, input_cameras=cameras, num_input_cameras=np.int32(views),
         scene_min=example["scene_min"], scene_max=example["scene_max"],
         question_ids=encode_text(q["question"], MAX_QUESTION_BYTES),
-        answer_ids=answer_rows(q, example["scene_seed"]),
+        answer_ids=answer_rows(q, scene),
         answer_choice=np.int32(LETTERS.index(q["answer"]) if q["options"] else -1),
-        answer_objects=_pad(np.asarray(q["answer_objects"], np.int32)[:MAX_ANSWER_OBJECTS],
-                            MAX_ANSWER_OBJECTS, -1),
+        answer_objects=_pad(np.asarray(q["answer_objects"], np.int32), MAX_ANSWER_OBJECTS, -1),
         initial_camera=Camera(fx=intrinsics[initial, 0], fy=intrinsics[initial, 1],
                               cx=intrinsics[initial, 2], cy=intrinsics[initial, 3],
                               world_from_camera=example["world_from_camera"][initial]),
         input_images=images)
-    meta = {"scene_seed": np.int64(example["scene_seed"]),
+    meta = {"scene_seed": np.int64(scene),
             "family": np.int32(FAMILIES.index(q["family"])),
             "needs_exploration": np.bool_(q["needs_exploration"])}
     out.append((task, meta))
@@ -115,23 +380,37 @@ def scene_tasks(example: dict, max_views: int = MAX_VIEWS, points: int | None = 
 def _scene_images(example: dict, intrinsics_Vx4: np.ndarray) -> np.ndarray:
   """The example's views [V, H, W, 3] uint8, checked against the cameras: the synthetic
   intrinsics put the principal point at the image centre ((W - 1) / 2, (H - 1) / 2)."""
-  scene = example["scene_seed"]
-  images = np.asarray(example["images"])
+  scene = scene_label(example)
+  if "images" not in example:
+    raise RecordError(scene, "images", "missing (input_images needs the stored views)")
+  images = example["images"]
   views = len(intrinsics_Vx4)
-  if images.ndim != 4 or images.shape[0] != views or images.shape[-1] != 3:
-    raise ValueError(f"scene {scene}: images: expected [{views}, H, W, 3] (one per camera), "
-                     f"got {images.shape}")
+  if isinstance(images, (list, tuple)):
+    if not all(isinstance(i, np.ndarray) for i in images):
+      raise RecordError(scene, "images", f"expected a list of [H, W, 3] uint8 arrays, got "
+                        f"{_got(images)}")
+    shapes = sorted({i.shape for i in images})
+    if len(shapes) > 1:
+      raise RecordError(scene, "images", f"expected views of one shape, got {shapes[:4]}")
+    images = np.stack(images) if images else np.zeros((0,), np.uint8)
+  if not isinstance(images, np.ndarray):
+    raise RecordError(scene, "images", f"expected [{views}, H, W, 3] uint8 views, got "
+                      f"{_got(images)}")
+  if (images.ndim != 4 or images.shape[0] != views or images.shape[-1] != 3
+      or 0 in images.shape):
+    raise RecordError(scene, "images", f"expected [{views}, H, W, 3] (one per camera), "
+                      f"got {images.shape}")
   if images.dtype != np.uint8:
-    raise ValueError(f"scene {scene}: images: expected dtype uint8, got {images.dtype}")
+    raise RecordError(scene, "images", f"expected dtype uint8, got {images.dtype}")
   height, width = images.shape[1:3]
   made_for_w = 2 * intrinsics_Vx4[:, 2] + 1
   made_for_h = 2 * intrinsics_Vx4[:, 3] + 1
   wrong = (np.abs(made_for_w - width) > 1) | (np.abs(made_for_h - height) > 1)
   if wrong.any():
     v = int(np.argmax(wrong))
-    raise ValueError(f"scene {scene}: images are {width}x{height} but camera {v}'s intrinsics "
-                     f"(cx {intrinsics_Vx4[v, 2]:g}, cy {intrinsics_Vx4[v, 3]:g}) were made for "
-                     f"a {made_for_w[v]:g}x{made_for_h[v]:g} image")
+    raise RecordError(scene, "images", f"images are {width}x{height} but camera {v}'s "
+                      f"intrinsics (cx {intrinsics_Vx4[v, 2]:g}, cy {intrinsics_Vx4[v, 3]:g}) "
+                      f"were made for a {made_for_w[v]:g}x{made_for_h[v]:g} image")
   return images
 
 

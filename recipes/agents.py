@@ -21,7 +21,7 @@ import numpy as np
 from etils import epath
 from flax import nnx
 
-from data_pipelines.loader import scene_tasks, task_batches
+from data_pipelines.loader import scene_questions, scene_tasks, task_batches
 from data_pipelines.synthetic import teachers
 from data_pipelines.synthetic.questions import FAMILIES
 from jaxspatial.models import Precision, memory, model_options, resolve_attention
@@ -117,12 +117,14 @@ class TeacherData:
 
   def __init__(self, recipe: "AgentRecipe", source, path):
     self.recipe, self.source, self.path = recipe, source, path
-    records = teachers.read_trajectories(path)
-    scenes = {int(source[i]["scene_seed"]): i for i in range(len(source))}
-    missing = [r for r in records if r["scene_seed"] not in scenes]
-    if missing:
-      raise ValueError(f"{path}: {len(missing)} trajectories name scenes not in the split, "
-                       f"e.g. scene_seed {missing[0]['scene_seed']}")
+    scenes, counts = {}, {}  # scene_seed: its index in the source, its number of questions
+    for i in range(len(source)):
+      example = source[i]
+      scenes[int(example["scene_seed"])] = i
+      counts[int(example["scene_seed"])] = len(scene_questions(example))
+    # Each record's scene is in the split and 0 <= question < its count (else the file's
+    # line and field are named).
+    records = teachers.read_trajectories(path, question_counts=counts)
     self.records = [(scenes[r["scene_seed"]], r["question"], r["turns"]) for r in records]
     rows = np.arange(len(self.records))
     self.rows = rows[jax.process_index()::jax.process_count()]

@@ -33,26 +33,30 @@ def read_blink(path, image_root=None, check_images: bool = True,
       raise BenchmarkFormatError(path, row, record_id, "answer",
                                  f"expected one of ({OPTION_LETTERS[:len(choices)]}) as "
                                  f"'(A)', got {answer!r}")
-    paths, blobs = [], []
+    paths, fields, blobs = [], [], []
     for k in range(1, 5):
       image = record.get(f"image_{k}")
       if image is None:
         continue
-      if isinstance(image, dict) and image.get("bytes"):
+      if isinstance(image, dict) and isinstance(image.get("bytes"), bytes) and image["bytes"]:
         blobs.append(image["bytes"])
-      elif isinstance(image, dict) and image.get("path"):
-        paths.append(image["path"])
+      elif isinstance(image, dict) and not image.get("bytes") and image.get("path"):
+        paths.append(image["path"])  # checked by resolve_images: a relative path inside
+        fields.append(f"image_{k}")
       elif isinstance(image, str):
         paths.append(image)
+        fields.append(f"image_{k}")
       else:
         raise BenchmarkFormatError(path, row, record_id, f"image_{k}",
-                                   "expected a path or a {bytes, path} struct")
+                                   "expected a path or a {bytes, path} struct, got "
+                                   f"{type(image).__name__} {image!r:.60}")
     if not paths and not blobs:
       raise BenchmarkFormatError(path, row, record_id, "image_1", "no image in the row")
     questions.append(BenchmarkQuestion(
         benchmark="blink", question_id=record_id, question=text, answer=match.group(1),
         answers=(match.group(1),), options=tuple(str(c) for c in choices),
-        images=resolve_images(path, row, record_id, paths, image_root, check_images),
+        images=resolve_images(path, row, record_id, paths, image_root, check_images,
+                              fields),
         category=task,
         meta={"prompt": record.get("prompt", ""), "image_bytes": tuple(blobs)}))
   return questions

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import pathlib
 import re
 from typing import Any, Iterator
@@ -18,7 +19,11 @@ class BenchmarkFormatError(ValueError):
 
   def __init__(self, path, row: int, record_id, field: str, problem: str):
     self.path, self.row, self.record_id, self.field = str(path), row, record_id, field
+    self.problem = problem
     super().__init__(f"{path}: row {row} (id {record_id!r}), field {field!r}: {problem}")
+
+  def __reduce__(self):
+    return type(self), (self.path, self.row, self.record_id, self.field, self.problem)
 
 
 class MissingImageError(FileNotFoundError):
@@ -28,6 +33,9 @@ class MissingImageError(FileNotFoundError):
     self.path, self.row, self.record_id, self.image = str(path), row, record_id, image
     super().__init__(f"{path}: row {row} (id {record_id!r}), field 'images': "
                      f"image not found: {image}")
+
+  def __reduce__(self):
+    return type(self), (self.path, self.row, self.record_id, self.image)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,12 +125,55 @@ def field(path, row: int, record: dict, name: str, kind, record_id=None):
   return value
 
 
-def resolve_images(path, row: int, record_id, images, image_root, check: bool) -> tuple[str, ...]:
-  if image_root is None:
-    return tuple(images)
-  resolved = tuple(str(pathlib.Path(image_root) / image) for image in images)
-  if check:
-    for image in resolved:
-      if not pathlib.Path(image).is_file():
-        raise MissingImageError(path, row, record_id, image)
+def inside_root(path, row: int, record_id, field: str, value, root=None) -> str:
+  """`value`, a file path from a row, joined to `root` (when given; else as written): it
+  must be a non-empty relative path inside the benchmark's folder. Absolute paths, any
+  `..` component (what it means depends on links and on what is a folder, so it is not
+  normalised away) and the folder itself are refused with a BenchmarkFormatError naming
+  the file, row and field. Links inside the folder are the folder owner's, and followed."""
+  where = f" {root}" if root is not None else ""
+  if not isinstance(value, str) or not value.strip():
+    raise BenchmarkFormatError(path, row, record_id, field, f"expected a non-empty relative "
+                               f"path, got {value!r:.80}")
+  if "\x00" in value:
+    raise BenchmarkFormatError(path, row, record_id, field, f"expected a path without NUL "
+                               f"characters, got {value!r:.80}")
+  if os.path.isabs(value):
+    raise BenchmarkFormatError(path, row, record_id, field, f"expected a path relative to the "
+                               f"benchmark folder{where}, got the absolute path {value!r:.80}")
+  base = os.path.abspath(root if root is not None else ".")
+  full = os.path.normpath(os.path.join(base, value))
+  relative = pathlib.PurePosixPath(value)
+  if ".." in relative.parts or full == base or os.path.commonpath([full, base]) != base:
+    outside = full != base and os.path.commonpath([full, base]) != base
+    raise BenchmarkFormatError(path, row, record_id, field, f"expected a path inside the "
+                               f"benchmark folder{where} without '..', got {value!r:.80}, which "
+                               + ("leaves it" if outside else "names the folder itself"
+                                  if relative == pathlib.PurePosixPath(".") else
+                                  "climbs with '..'"))
+  return value if root is None else str(pathlib.Path(root) / value)
+
+
+def check_file(path, row: int, record_id, field: str, file: str) -> None:
+  """MissingImageError when `file` is not a file on disk; a path the OS refuses to look
+  up (too long, ...) is a BenchmarkFormatError."""
+  try:
+    found = pathlib.Path(file).is_file()
+  except (OSError, ValueError) as error:
+    raise BenchmarkFormatError(path, row, record_id, field, f"cannot look up {file[:80]!r}: "
+                               f"{getattr(error, 'strerror', None) or error}") from None
+  if not found:
+    raise MissingImageError(path, row, record_id, file)
+
+
+def resolve_images(path, row: int, record_id, images, image_root, check: bool,
+                   fields=None) -> tuple[str, ...]:
+  """The row's image paths, each checked by `inside_root` (named by `fields`, one per
+  image; default 'images'), joined to `image_root` and, with `check`, found on disk."""
+  fields = ["images"] * len(images) if fields is None else list(fields)
+  resolved = tuple(inside_root(path, row, record_id, name, image, image_root)
+                   for name, image in zip(fields, images))
+  if image_root is not None and check:
+    for name, image in zip(fields, resolved):
+      check_file(path, row, record_id, name, image)
   return resolved

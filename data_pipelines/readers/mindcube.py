@@ -37,7 +37,8 @@ def read_mindcube(path, image_root=None, check_images: bool = True) -> list[Benc
     questions.append(BenchmarkQuestion(
         benchmark="mindcube", question_id=record_id, question=text, answer=answer,
         answers=(answer,), options=options,
-        images=resolve_images(path, row, record_id, images, image_root, check_images),
+        images=resolve_images(path, row, record_id, images, image_root, check_images,
+                              [f"images[{k}]" for k in range(len(images))]),
         category=setting,
         meta={"category": category, "type": kind, "meta_info": record["meta_info"],
               "stem": stem}))

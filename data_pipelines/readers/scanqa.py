@@ -6,7 +6,8 @@ from __future__ import annotations
 import pathlib
 
 from data_pipelines.readers.common import (BenchmarkFormatError, BenchmarkQuestion,
-                                           MissingImageError, field, read_json_rows)
+                                           MissingImageError, field, inside_root,
+                                           read_json_rows)
 
 
 def read_scanqa(path, scene_root=None, require_answers: bool = True,
@@ -33,10 +34,15 @@ def read_scanqa(path, scene_root=None, require_answers: bool = True,
         raise BenchmarkFormatError(path, row, record_id, "answers", "expected at least one")
       if not all(isinstance(a, str) for a in answers):
         raise BenchmarkFormatError(path, row, record_id, "answers", "expected strings")
+    folder = inside_root(path, row, record_id, "scene_id", scene_id, scene_root)
     if scene_root is not None and check_scenes:
-      scene = pathlib.Path(scene_root) / scene_id
-      if not scene.exists():
-        raise MissingImageError(path, row, record_id, str(scene))
+      try:
+        found = pathlib.Path(folder).exists()
+      except (OSError, ValueError) as error:
+        raise BenchmarkFormatError(path, row, record_id, "scene_id", f"cannot look up "
+                                   f"{folder[:80]!r}: {error}") from None
+      if not found:
+        raise MissingImageError(path, row, record_id, folder)
     questions.append(BenchmarkQuestion(
         benchmark="scanqa", question_id=record_id, question=text,
         answer=answers[0] if answers else "", answers=tuple(answers), scene_id=scene_id,

@@ -4,10 +4,8 @@ Videos live at `video_root/<dataset>/<scene_name>.mp4`."""
 
 from __future__ import annotations
 
-import pathlib
-
 from data_pipelines.readers.common import (OPTION_LETTERS, BenchmarkFormatError,
-                                           BenchmarkQuestion, MissingImageError, field)
+                                           BenchmarkQuestion, check_file, field, inside_root)
 from data_pipelines.readers.tables import read_table_rows
 
 
@@ -33,12 +31,17 @@ def read_vsibench(path, video_root=None, check_videos: bool = True,
       raise BenchmarkFormatError(path, row, record_id, "ground_truth",
                                  f"expected one of {OPTION_LETTERS[:len(options)]!r}, "
                                  f"got {truth!r}")
+    # Each a relative path: the dataset a folder inside the root, the scene a file inside it.
+    folder = inside_root(path, row, record_id, "dataset", dataset, video_root)
+    if not scene.strip():
+      raise BenchmarkFormatError(path, row, record_id, "scene_name",
+                                 f"expected a scene name, got {scene!r}")
+    video = inside_root(path, row, record_id, "scene_name", f"{scene}.mp4", folder)
     videos: tuple[str, ...] = ()
     if video_root is not None:
-      video = pathlib.Path(video_root) / dataset / f"{scene}.mp4"
-      if check_videos and not video.is_file():
-        raise MissingImageError(path, row, record_id, str(video))
-      videos = (str(video),)
+      if check_videos:
+        check_file(path, row, record_id, "scene_name", video)
+      videos = (video,)
     questions.append(BenchmarkQuestion(
         benchmark="vsibench", question_id=record_id, question=text, answer=truth,
         answers=(truth,), options=options, images=videos, category=kind, scene_id=scene,

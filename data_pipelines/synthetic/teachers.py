@@ -64,23 +64,85 @@ def write_scripted(source, agent: str, path, seed: int = 0) -> int:
   return len(lines)
 
 
-def read_trajectories(path) -> list[dict]:
-  """The records of a trajectory file; a malformed line raises naming the file and line."""
+class TrajectoryError(ValueError):
+  """A trajectory file line that breaks the format: names the file, the line (from 1; 0 for
+  the whole file) and the field, what was expected and what the line holds."""
+
+  def __init__(self, path, line: int, field: str, problem: str):
+    self.path, self.line, self.field, self.problem = str(path), line, field, problem
+    super().__init__(f"{path}:{line}: {field}: {problem}")
+
+  def __reduce__(self):
+    return type(self), (self.path, self.line, self.field, self.problem)
+
+
+def _got(value) -> str:
+  text = json.dumps(value) if isinstance(value, (dict, list, str, int, float, type(None))) else (
+      repr(value))
+  return f"{type(value).__name__} {text[:60]}{'...' if len(text) > 60 else ''}"
+
+
+def _check_trajectory(path, number: int, record, question_counts) -> None:
+  """One parsed line: {'scene_seed': int, 'question': int, 'turns': [str, ...]} (bools are
+  not ints), paired with its scene when `question_counts` is given."""
+  if not isinstance(record, dict):
+    raise TrajectoryError(path, number, "<line>", "expected a JSON object {'scene_seed': int, "
+                          f"'question': int, 'turns': [str, ...]}}, got {_got(record)}")
+  for name in ("scene_seed", "question", "turns"):
+    if name not in record:
+      raise TrajectoryError(path, number, name, "missing")
+  for name in ("scene_seed", "question"):
+    value = record[name]
+    if not isinstance(value, int) or isinstance(value, bool):
+      raise TrajectoryError(path, number, name, f"expected an integer, got {_got(value)}")
+  seed, question, turns = record["scene_seed"], record["question"], record["turns"]
+  if not isinstance(turns, list) or not turns:
+    raise TrajectoryError(path, number, "turns", f"expected a non-empty list of model turns, "
+                          f"got {_got(turns)}")
+  for k, turn in enumerate(turns):
+    if not isinstance(turn, str) or not turn.strip():
+      raise TrajectoryError(path, number, f"turns[{k}]", f"expected a non-empty string, got "
+                            f"{_got(turn)}")
+    try:
+      turn.encode("utf-8")
+    except UnicodeEncodeError as error:
+      raise TrajectoryError(path, number, f"turns[{k}]", f"expected UTF-8 encodable text, got "
+                            f"{error.object[error.start:error.end]!r} at {error.start}") from None
+  if question < 0:
+    raise TrajectoryError(path, number, "question", f"expected an index >= 0 into the scene's "
+                          f"questions, got {question}")
+  if question_counts is None:
+    return
+  if seed not in question_counts:
+    known = sorted(question_counts)[:3]
+    raise TrajectoryError(path, number, "scene_seed", f"expected the seed of one of the "
+                          f"source's {len(question_counts)} scenes (e.g. {known}), got {seed}")
+  if question >= question_counts[seed]:
+    raise TrajectoryError(path, number, "question", f"expected 0..{question_counts[seed] - 1} "
+                          f"(scene {seed} has {question_counts[seed]} questions), got {question}")
+
+
+def read_trajectories(path, question_counts=None) -> list[dict]:
+  """The records of a trajectory file; a malformed line raises a TrajectoryError naming the
+  file, the line and the field. `question_counts` ({scene_seed: the scene's number of
+  questions}, from the source the trajectories pair with): every record's scene is in it and
+  0 <= question < its count (else -1 would pair with the last question)."""
   out = []
-  for number, line in enumerate(epath.Path(path).read_text().split("\n"), 1):
+  for number, raw in enumerate(epath.Path(path).read_bytes().split(b"\n"), 1):
+    try:
+      line = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+      raise TrajectoryError(path, number, "<line>", f"expected UTF-8 text, got byte "
+                            f"{raw[error.start:error.start + 1]!r} at {error.start}") from None
     if not line.strip():
       continue
     try:
       record = json.loads(line)
-      ok = (isinstance(record.get("scene_seed"), int) and isinstance(record.get("question"), int)
-            and isinstance(record.get("turns"), list) and record["turns"]
-            and all(isinstance(t, str) for t in record["turns"]))
-    except json.JSONDecodeError as error:
-      raise ValueError(f"{path}:{number}: not JSON ({error})") from None
-    if not ok:
-      raise ValueError(f"{path}:{number}: expected {{'scene_seed': int, 'question': int, "
-                       f"'turns': [str, ...]}}, got {line[:120]}")
+    except (ValueError, RecursionError) as error:  # JSONDecodeError; nesting too deep
+      raise TrajectoryError(path, number, "<line>", f"expected a JSON object, got text that "
+                            f"does not parse ({str(error)[:80]}): {line[:60]!r}") from None
+    _check_trajectory(path, number, record, question_counts)
     out.append(record)
   if not out:
-    raise ValueError(f"{path}: no trajectories")
+    raise TrajectoryError(path, 0, "<file>", "expected at least one trajectory, got none")
   return out

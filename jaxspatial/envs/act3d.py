@@ -24,12 +24,15 @@ clamp applies to the initial camera and to absolute actions.
 
 from __future__ import annotations
 
+import math
+import numbers
+
 import jax
 import jax.numpy as jnp
 from flax import struct
 
-from jaxspatial.envs.task import Task
-from jaxspatial.geometry import Camera, look_at
+from jaxspatial.envs.task import Task, bounds_are_sound, camera_is_finite, check_task
+from jaxspatial.geometry import Camera, check_fov, look_at
 from jaxspatial.render import render
 
 Array = jax.Array
@@ -63,6 +66,33 @@ class Act3DParams:
   splat_radius: int = struct.field(pytree_node=False, default=1)
   point_radius: float | None = struct.field(pytree_node=False, default=None)
   background: tuple[int, int, int] = struct.field(pytree_node=False, default=(255, 255, 255))
+
+  def __post_init__(self):
+    def integer(name, low):
+      value = getattr(self, name)
+      if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < low:
+        raise ValueError(f"Act3DParams.{name}: expected an int >= {low}, got {value!r}")
+
+    def real(name, low, high, what, closed_low=False):
+      value = getattr(self, name)
+      ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(
+          value) and (value >= low if closed_low else value > low) and value < high
+      if not ok:
+        raise ValueError(f"Act3DParams.{name}: expected {what}, got {value!r}")
+
+    for name in ("width", "height", "max_multiplier"):
+      integer(name, 1)
+    for name in ("max_interactions", "grounding_min_pixels"):
+      integer(name, 0)
+    check_fov("Act3DParams.hfov_deg", self.hfov_deg)
+    for name in ("forward_step_m", "lateral_step_m", "turn_step_deg", "look_at_distance_m"):
+      real(name, 0, math.inf, "a finite step > 0")
+    real("bounds_margin_m", 0, math.inf, "a finite margin >= 0", closed_low=True)
+    # At 90 degrees the view may turn vertical, where the lateral axis is undefined.
+    real("max_pitch_deg", 0, 90, "a pitch limit in (0, 90) degrees")
+    if self.parameterization not in ("relative", "absolute"):
+      raise ValueError(f"Act3DParams.parameterization: expected 'relative' or 'absolute', "
+                       f"got {self.parameterization!r}")
 
   def unit_steps(self) -> tuple[float, ...]:
     """Unit step of each primitive: metres for translations, degrees for turns."""
@@ -230,17 +260,49 @@ def _observe(task: Task, position: Array, forward: Array, num_interactions: Arra
 
 
 def reset(key: Array, task: Task, params: Act3DParams = Act3DParams()):
-  """Starts at the task's initial camera. Returns (observation, state)."""
+  """Starts at the task's initial camera. Returns (observation, state).
+
+  A task whose initial camera or bounds are unusable raises here when its values are
+  concrete (`check_task`); under jit or vmap such an episode starts done, so every action
+  is invalid (rather than running in a NaN state with blank views)."""
   del key  # deterministic
+  check_task(task)
   box_min, box_max = scene_box(task, params)
   position = jnp.clip(task.initial_camera.position, box_min, box_max)
   forward = clamp_pitch(task.initial_camera.forward, params.max_pitch_deg)
+  usable = (camera_is_finite(task.initial_camera) & bounds_are_sound(task)
+            & _is_pose(position, forward))
   zero = jnp.zeros((), jnp.int32)
   obs, seen = _observe(task, position, forward, zero, params)
   state = Act3DState(task=task, position=position, forward=forward, num_interactions=zero,
-                     stopped=jnp.zeros((), bool), done=jnp.zeros((), bool),
-                     objects_seen=seen)
+                     stopped=jnp.zeros((), bool), done=~usable,
+                     objects_seen=seen & usable)
   return obs, state
+
+
+def _is_pose(position: Array, forward: Array) -> Array:
+  """A finite position and a finite unit view direction (a zero or overflowed direction
+  would give a degenerate camera)."""
+  return (jnp.all(jnp.isfinite(position)) & jnp.all(jnp.isfinite(forward))
+          & (jnp.abs(jnp.sum(forward * forward) - 1.0) < 1e-3))
+
+
+def _check_action(action: Act3DAction) -> None:
+  """Static checks of an action's fields (shapes and dtypes; values are checked on device)."""
+  if not isinstance(action, Act3DAction):
+    raise TypeError(f"act3d.step: expected an Act3DAction, got {type(action).__name__}")
+  for name, shape, kind in (("primitive", (), "integer"), ("distance", (), "float"),
+                            ("has_distance", (), "bool"), ("position", (3,), "float"),
+                            ("look_at", (3,), "float")):
+    value = getattr(action, name)
+    got_shape, dtype = tuple(jnp.shape(value)), jnp.result_type(value)
+    if got_shape != shape:
+      raise ValueError(f"Act3DAction.{name}: expected shape {shape}, got {got_shape}")
+    ok = {"integer": jnp.issubdtype(dtype, jnp.integer) and dtype != jnp.bool_,
+          "float": jnp.issubdtype(dtype, jnp.floating),
+          "bool": dtype == jnp.bool_}[kind]
+    if not ok:
+      raise ValueError(f"Act3DAction.{name}: expected a {kind} dtype, got {dtype}")
 
 
 def action_is_valid(action: Act3DAction, params: Act3DParams) -> Array:
@@ -270,6 +332,7 @@ def step(key: Array, state: Act3DState, action: Act3DAction,
   if params.parameterization not in ("relative", "absolute"):
     raise ValueError(f"Act3DParams.parameterization: expected 'relative' or 'absolute', "
                      f"got {params.parameterization!r}")
+  _check_action(action)
   task = state.task
   box_min, box_max = scene_box(task, params)
   is_stop = action.primitive == STOP
@@ -285,6 +348,8 @@ def step(key: Array, state: Act3DState, action: Act3DAction,
     position = jnp.clip(action.position, box_min, box_max)
     forward = clamp_pitch(action.look_at - action.position, params.max_pitch_deg)
     n = jnp.ones((), jnp.int32)
+  # Whatever the action, a move must land on a sound pose (huge finite targets overflow).
+  valid = valid & (is_stop | _is_pose(position, forward))
   moves = valid & ~is_stop
   position = jnp.where(moves, position, state.position)
   forward = jnp.where(moves, forward, state.forward)

@@ -27,9 +27,12 @@ A call is invalid, and changes nothing, for the first of these reasons (`ERRORS`
 order the public tools fail; `info["error"]` and `state.error` (with `state.tool`) say
 which, so the agent can answer with the public error message):
   "limit"        the turn budget is spent (a call past it also ends the episode), the
-                 list is full, or the episode is over
-  "arguments"    the argument is not the tool's, the tool takes another number of points,
-                 or it rejects them (a crop thinner than a pixel, a box with x2 < x1)
+                 list is full, or the episode is over (an episode whose initial camera is
+                 not finite, seen only on device, starts over)
+  "arguments"    the action's kind is neither TOOL nor STOP (a malformed call: it counts
+                 toward the budget like one), the argument is not the tool's, the tool
+                 takes another number of points, or it rejects them (a crop thinner than
+                 a pixel, a box with x2 < x1)
   "image_index"  the image is not in the list
   "path_points"  a path of fewer than 2 points
 An invalid call, and STOP, produce no image: the observation's image is all zeros and its
@@ -46,8 +49,8 @@ import jax.numpy as jnp
 from flax import struct
 
 from jaxspatial.envs import image_tools
-from jaxspatial.envs.task import Task
-from jaxspatial.geometry import Camera
+from jaxspatial.envs.task import Task, check_task
+from jaxspatial.geometry import Camera, check_fov
 from jaxspatial.render import render
 
 Array = jax.Array
@@ -97,8 +100,9 @@ class PeriaParams:
     if self.pixel_map not in image_tools.PIXEL_MAPS:
       raise ValueError(f"PeriaParams.pixel_map: expected one of {image_tools.PIXEL_MAPS}, "
                        f"got {self.pixel_map!r}")
-    if not self.scale > 0:
-      raise ValueError(f"PeriaParams.scale: expected > 0, got {self.scale}")
+    if not 0 < self.scale < float("inf"):
+      raise ValueError(f"PeriaParams.scale: expected a finite scale > 0, got {self.scale}")
+    check_fov("PeriaParams.hfov_deg", self.hfov_deg)
 
 
 @struct.dataclass
@@ -174,34 +178,56 @@ def _point_bounds(tool: Array, max_points: int) -> tuple[Array, Array]:
 
 
 def reset(key: Array, task: Task, params: PeriaParams = PeriaParams()):
-  """Image 0 renders the scene from the task's initial camera pose at `hfov_deg`."""
+  """Image 0 renders the scene from the task's initial camera pose at `hfov_deg`. A task
+  whose initial camera is unusable raises when its values are concrete (`check_task`);
+  under jit or vmap the episode starts done instead (every call fails with "limit")."""
   del key
+  check_task(task)
   camera = Camera.from_fov(params.hfov_deg, params.width, params.height,
                            task.initial_camera.world_from_camera)
+  usable = jnp.all(jnp.isfinite(task.initial_camera.world_from_camera))
   image = render(task.cloud, camera, params.height, params.width, params.splat_radius,
                  params.background, point_radius=params.point_radius).rgb
   images = jnp.zeros((params.max_images, params.height, params.width, 3), jnp.uint8)
   zero = jnp.zeros((), jnp.int32)
   state = PeriaState(task=task, images=images.at[0].set(image), count=zero + 1, calls=zero,
-                     done=jnp.zeros((), bool), error=zero, tool=zero)
+                     done=~usable, error=zero, tool=zero)
   return PeriaObservation(image=image, index=zero), state
 
 
 def _check_action(action: PeriaAction, params: PeriaParams) -> None:
-  if action.points.shape[-2:] != (params.max_path_points, 2):
+  """Static checks of an action's fields (shapes and dtypes; values are checked on device)."""
+  if not isinstance(action, PeriaAction):
+    raise TypeError(f"peria.step: expected a PeriaAction, got {type(action).__name__}")
+  if tuple(jnp.shape(action.points)) != (params.max_path_points, 2):
     raise ValueError(f"PeriaAction.points: expected [max_path_points={params.max_path_points}"
-                     f", 2], got {tuple(action.points.shape)}")
+                     f", 2], got {tuple(jnp.shape(action.points))}")
+  if not jnp.issubdtype(jnp.result_type(action.points), jnp.floating):
+    raise ValueError(f"PeriaAction.points: expected a float dtype, got "
+                     f"{jnp.result_type(action.points)}")
+  for name in ("kind", "tool", "image", "argument", "num_points"):
+    value = getattr(action, name)
+    shape, dtype = tuple(jnp.shape(value)), jnp.result_type(value)
+    if shape != ():
+      raise ValueError(f"PeriaAction.{name}: expected shape (), got {shape}")
+    if not jnp.issubdtype(dtype, jnp.integer) or dtype == jnp.bool_:
+      raise ValueError(f"PeriaAction.{name}: expected an integer dtype, got {dtype}")
 
 
 def step(key: Array, state: PeriaState, action: PeriaAction,
          params: PeriaParams = PeriaParams()):
   """Applies the tool; STOP ends the episode, and so does a call past the budget of
-  max_turns - 1. reward is 0 (PERIA's reward needs the final answer: `jaxspatial.rl`).
+  max_turns - 1; any other kind is an invalid call (counted toward the budget). reward is
+  0 (PERIA's reward needs the final answer: `jaxspatial.rl`).
   info: invalid (a call that changed nothing), error (an index into ERRORS)."""
   del key
   _check_action(action, params)
   is_call = action.kind == TOOL
-  acting = is_call & ~state.done
+  is_stop = action.kind == STOP
+  # Anything but STOP is a call attempt: an unknown kind is a malformed call ("arguments"),
+  # invalid and counted toward the budget, never a silent no-op.
+  attempt = ~is_stop
+  acting = attempt & ~state.done
   over_budget = acting & (state.calls >= params.max_turns - 1)
   limit = state.done | over_budget | (state.count >= params.max_images)
   tool_known = (action.tool >= 0) & (action.tool < len(TOOLS))
@@ -213,19 +239,19 @@ def step(key: Array, state: PeriaState, action: PeriaAction,
   source = state.images[jnp.clip(action.image, 0, params.max_images - 1)]
   result, tool_ok = apply_tool(source, action.tool, action.points, action.num_points, params)
   error = jnp.select(
-      [limit, ~tool_known | ~own_argument, ~index_ok,
+      [limit, ~is_call | ~tool_known | ~own_argument, ~index_ok,
        (action.tool == TOOLS.index("draw_path")) & ~count_ok, ~count_ok | ~tool_ok],
       [ERROR_LIMIT, ERROR_ARGUMENTS, ERROR_INDEX, ERROR_PATH_POINTS, ERROR_ARGUMENTS],
       NO_ERROR)
-  error = jnp.where(is_call, error, NO_ERROR).astype(jnp.int32)
+  error = jnp.where(attempt, error, NO_ERROR).astype(jnp.int32)
   valid = is_call & (error == NO_ERROR)
   slot = jnp.minimum(state.count, params.max_images - 1)
   images = jnp.where(valid, state.images.at[slot].set(result), state.images)
-  done = state.done | (action.kind == STOP) | over_budget
+  done = state.done | is_stop | over_budget
   new_state = PeriaState(task=state.task, images=images, count=state.count + valid,
                          calls=state.calls + acting.astype(jnp.int32), done=done, error=error,
                          tool=action.tool)
   obs = PeriaObservation(image=jnp.where(valid, result, jnp.zeros_like(result)),
                          index=jnp.where(valid, state.count, -1))
-  invalid = is_call & ~valid
+  invalid = attempt & ~valid
   return obs, new_state, jnp.zeros((), jnp.float32), done, {"invalid": invalid, "error": error}

@@ -53,8 +53,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from jaxspatial.envs.task import Task
-from jaxspatial.geometry import Camera, make_transform, matmul, rotation_about_axis
+from jaxspatial.envs.task import Task, bounds_are_sound, camera_is_finite, check_task
+from jaxspatial.geometry import Camera, check_fov, make_transform, matmul, rotation_about_axis
 from jaxspatial.render import render, render_batch
 from jaxspatial.render.markers import CameraMarkerStyle, draw_cameras as draw_camera_markers
 from jaxspatial.render.splat import DEFAULT_NEAR
@@ -108,6 +108,17 @@ class Think3DParams:
                        f"{self.num_prompt_images}")
     if self.max_rounds < 0:
       raise ValueError(f"Think3DParams.max_rounds: expected >= 0, got {self.max_rounds}")
+    check_fov("Think3DParams.ego_hfov_deg", self.ego_hfov_deg)
+    check_fov("Think3DParams.global_hfov_deg", self.global_hfov_deg)
+    for name in ("max_azimuth_deg", "max_elevation_deg"):
+      value = getattr(self, name)
+      if not (isinstance(value, (int, float)) and 0 <= value < float("inf")):
+        raise ValueError(f"Think3DParams.{name}: expected a finite angle >= 0, got {value!r}")
+    if self.up is not None:
+      up = np.asarray(self.up, np.float64)
+      if up.shape != (3,) or not np.isfinite(up).all() or not np.linalg.norm(up) > 0:
+        raise ValueError(f"Think3DParams.up: expected None or a finite non-zero 3-vector, got "
+                         f"{self.up!r}")
     self.camera_style.check()
 
 
@@ -240,6 +251,23 @@ def action_is_valid(task: Task, action: Think3DAction, params: Think3DParams) ->
   return view_ok | (action.kind == STOP)
 
 
+def _check_action(action: Think3DAction) -> None:
+  """Static checks of an action's fields (shapes and dtypes; values are checked on device)."""
+  if not isinstance(action, Think3DAction):
+    raise TypeError(f"think3d.step: expected a Think3DAction, got {type(action).__name__}")
+  for name, is_float in (("kind", False), ("camera_index", False), ("azimuth_deg", True),
+                         ("elevation_deg", True), ("mode", False)):
+    value = getattr(action, name)
+    shape, dtype = tuple(jnp.shape(value)), jnp.result_type(value)
+    if shape != ():
+      raise ValueError(f"Think3DAction.{name}: expected shape (), got {shape}")
+    ok = (jnp.issubdtype(dtype, jnp.floating) if is_float
+          else jnp.issubdtype(dtype, jnp.integer) and dtype != jnp.bool_)
+    if not ok:
+      raise ValueError(f"Think3DAction.{name}: expected a {'float' if is_float else 'integer'} "
+                       f"dtype, got {dtype}")
+
+
 def _render(task: Task, camera: Camera, near, params: Think3DParams) -> Array:
   return render(task.cloud, camera, params.height, params.width, params.splat_radius,
                 params.background, point_radius=params.point_radius, near=near).rgb
@@ -301,14 +329,22 @@ def _observe(state: Think3DState, params: Think3DParams) -> Array:
 def reset(key: Array, task: Task, params: Think3DParams = Think3DParams()):
   """The first observation is the view of the first input camera, rendered at the
   observation size with that camera's intrinsics as given; `obs.input_images` holds the
-  prompt's input views (`input_views`)."""
+  prompt's input views (`input_views`). A task whose real input cameras or bounds are
+  unusable raises when its values are concrete (`check_task`); under jit or vmap the
+  episode starts done instead (every action invalid)."""
   del key
   params.check()
   _check_image_size(task, params)
+  check_task(task)
   camera = jax.tree.map(lambda x: x[0], task.input_cameras)
   zero = jnp.zeros((), jnp.int32)
   no = jnp.zeros((), bool)
-  state = Think3DState(task=task, round=zero, stopped=no, done=no, camera=camera,
+  # Seen only on device (under jit or vmap): an episode whose real input cameras or bounds
+  # are not finite starts done, so every action is invalid.
+  real = jnp.arange(task.input_cameras.fx.shape[0]) < task.num_input_cameras
+  usable = (jnp.all(camera_is_finite(task.input_cameras) | ~real) & bounds_are_sound(task)
+            & (task.num_input_cameras >= 1))
+  state = Think3DState(task=task, round=zero, stopped=no, done=~usable, camera=camera,
                        near=jnp.asarray(DEFAULT_NEAR, jnp.float32), anchor=zero,
                        is_global=no, is_photo=no)
   views = input_views(task, params)
@@ -331,6 +367,7 @@ def step(key: Array, state: Think3DState, action: Think3DAction,
   """
   del key
   params.check()
+  _check_action(action)
   task = state.task
   _check_image_size(task, params)
   rounds_left = state.round < params.max_rounds

@@ -2,6 +2,8 @@
 
 from jaxspatial.geometry.camera import (
     Camera,
+    check_fov,
+    concrete,
     fov_degrees,
     intrinsics_from_fov,
     look_at,
@@ -12,6 +14,7 @@ from jaxspatial.geometry.camera import (
     rotation_about_axis,
     round_half_away,
     stack_cameras,
+    validate_camera,
     world_to_camera,
 )
 from jaxspatial.geometry.pointcloud import (
@@ -27,9 +30,10 @@ from jaxspatial.geometry.pointcloud import (
 )
 
 __all__ = [
-    "Camera", "PointCloud", "bucket_size", "concatenate", "fov_degrees",
+    "Camera", "PointCloud", "bucket_size", "check_fov", "concatenate", "concrete",
+    "fov_degrees",
     "intrinsics_from_fov", "look_at", "make_transform",
     "matmul", "morton_order", "pad_to", "pad_to_bucket",
     "project", "rigid_inverse", "rotation_about_axis", "round_half_away", "sort_spatially", "stack", "stack_cameras",
-    "validate_point_cloud", "world_to_camera",
+    "validate_camera", "validate_point_cloud", "world_to_camera",
 ]

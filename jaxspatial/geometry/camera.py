@@ -15,6 +15,7 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
 Array = jax.Array
@@ -123,9 +124,79 @@ def intrinsics_from_fov(hfov_deg, width: int, height: int):
   """
   if width <= 0 or height <= 0:
     raise ValueError(f"image size must be positive, got width={width}, height={height}")
+  check_fov("hfov_deg", hfov_deg)
   hfov = jnp.deg2rad(jnp.asarray(hfov_deg, jnp.float32))
   fx = width / (2.0 * jnp.tan(hfov / 2.0))
   return fx, fx, jnp.full_like(fx, (width - 1) / 2.0), jnp.full_like(fx, (height - 1) / 2.0)
+
+
+def concrete(value) -> np.ndarray | None:
+  """`value` as a numpy array when it is known on the host, None for a tracer (under jit or
+  vmap values are checked on device, if at all, never pulled back to the host)."""
+  if isinstance(value, jax.core.Tracer):
+    return None
+  if isinstance(value, jax.Array) and not value.is_fully_addressable:
+    return None  # a multi-host global array: each process holds only its part
+  try:
+    return np.asarray(value)
+  except (TypeError, ValueError):
+    return None
+
+
+def check_fov(name: str, fov_deg) -> None:
+  """A field of view must lie in (0, 180) degrees: 0 or less collapses or mirrors the
+  image, 180 or more puts the focal length at 0 or below. Concrete values only."""
+  value = concrete(fov_deg)
+  if value is None:
+    return
+  if not np.issubdtype(value.dtype, np.number) or np.issubdtype(value.dtype, np.complexfloating):
+    raise TypeError(f"{name}: expected a real number of degrees, got dtype {value.dtype}")
+  bad = ~(np.isfinite(value) & (value > 0) & (value < 180))
+  if bad.any():
+    raise ValueError(f"{name}: expected a field of view in (0, 180) degrees, got "
+                     f"{value[bad].reshape(-1)[0].item()!r}")
+
+
+ROTATION_TOLERANCE = 1e-2  # |R^T R - I| and |det R - 1|; float32 poses are far closer
+
+
+def validate_camera(camera: "Camera", name: str = "Camera") -> None:
+  """Raises ValueError naming the field when a camera's concrete values are unusable:
+  non-finite numbers, focal lengths <= 0 (a mirrored or collapsed image), or a pose whose
+  rotation is not a proper rotation (a mirror or a scale: `world_to_camera` inverts it as
+  rigid). Fields that are tracers (under jit or vmap) are skipped."""
+  if not isinstance(camera, Camera):
+    raise TypeError(f"{name}: expected a Camera, got {type(camera).__name__}")
+  for field in ("fx", "fy", "cx", "cy", "world_from_camera"):
+    value = concrete(getattr(camera, field))
+    if value is None:
+      continue
+    if not np.issubdtype(value.dtype, np.floating):
+      raise ValueError(f"{name}.{field}: expected a float dtype, got {value.dtype}")
+    finite = np.isfinite(value)
+    if not finite.all():
+      raise ValueError(f"{name}.{field}: expected finite values, got "
+                       f"{value[~finite].reshape(-1)[0].item()!r}")
+    if field in ("fx", "fy") and not (value > 0).all():
+      raise ValueError(f"{name}.{field}: expected a focal length > 0 pixels, got "
+                       f"{value[~(value > 0)].reshape(-1)[0].item()!r}")
+    if field == "world_from_camera":
+      if value.ndim < 2 or value.shape[-2:] != (4, 4):
+        raise ValueError(f"{name}.world_from_camera: expected shape [..., 4, 4], got "
+                         f"{value.shape}")
+      rotation = value[..., :3, :3].astype(np.float64)
+      gram = np.einsum("...ji,...jk->...ik", rotation, rotation)
+      error = np.abs(gram - np.eye(3)).max(axis=(-1, -2))
+      det = np.linalg.det(rotation)
+      bad = (error > ROTATION_TOLERANCE) | (np.abs(det - 1.0) > ROTATION_TOLERANCE)
+      if bad.any():
+        where = np.argwhere(np.atleast_1d(bad))[0]
+        at = "" if bad.ndim == 0 else f" at {tuple(int(i) for i in where)}"
+        raise ValueError(
+            f"{name}.world_from_camera: expected a rigid pose (rotation with R^T R = I, "
+            f"det R = +1, within {ROTATION_TOLERANCE}){at}, got |R^T R - I| = "
+            f"{np.atleast_1d(error)[tuple(where)]:.3g}, det R = "
+            f"{np.atleast_1d(det)[tuple(where)]:.3g}")
 
 
 def matmul(a: Array, b: Array) -> Array:

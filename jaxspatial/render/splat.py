@@ -31,15 +31,23 @@ from typing import Literal
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 from jax import lax
 
-from jaxspatial.geometry.camera import Camera, round_half_away, world_to_camera
+from jaxspatial.geometry.camera import (Camera, concrete, round_half_away, validate_camera,
+                                        world_to_camera)
 from jaxspatial.geometry.pointcloud import PointCloud, validate_point_cloud
 
 Array = jax.Array
 EMPTY = jnp.iinfo(jnp.int32).max  # "no point" in both the depth-bit and index buffers
 DEFAULT_NEAR = 1e-3
+# The footprint filter unrolls one reduce_window per rectangle (disc) or layer (point_radius),
+# so the program grows with the radius; past this a radius is a mistake, not a footprint.
+MAX_SPLAT_RADIUS = 64
+# Slots of one view's centre buffers (layers x (H + 2r) x (W + 2r)): 1 GiB per int32
+# buffer, and every slot index stays inside int32.
+MAX_VIEW_SLOTS = 2 ** 28
 Footprint = Literal["square", "disc"]
 
 
@@ -143,8 +151,61 @@ def _check_inputs(cloud: PointCloud, camera: Camera, height: int, width: int,
       raise ValueError(f"render: {name} must be a positive int, got {value!r}")
   if not isinstance(splat_radius, int) or isinstance(splat_radius, bool) or splat_radius < 0:
     raise ValueError(f"render: splat_radius must be an int >= 0, got {splat_radius!r}")
-  if len(background) != 3 or any(not 0 <= int(c) <= 255 for c in background):
-    raise ValueError(f"render: background must be 3 values in [0, 255], got {background!r}")
+  if splat_radius > MAX_SPLAT_RADIUS:
+    raise ValueError(f"render: splat_radius must be at most MAX_SPLAT_RADIUS = "
+                     f"{MAX_SPLAT_RADIUS} pixels, got {splat_radius}")
+  _check_background(background)
+
+
+def _check_background(background) -> None:
+  try:
+    values = [float(c) for c in background]
+  except (TypeError, ValueError):
+    values = None
+  if (values is None or len(values) != 3
+      or any(not (0 <= c <= 255 and c == int(c)) for c in values)):  # False for NaN
+    raise ValueError(f"render: background must be 3 values, integers in [0, 255], got "
+                     f"{background!r}")
+
+
+def _check_buffers(height: int, width: int, splat_radius: int, depth_dependent: bool) -> None:
+  layers = splat_radius + 1 if depth_dependent else 1
+  slots = layers * (height + 2 * splat_radius) * (width + 2 * splat_radius)
+  if slots > MAX_VIEW_SLOTS - 1:
+    raise ValueError(
+        f"render: height {height} x width {width} with splat_radius {splat_radius} needs "
+        f"{slots} z-buffer slots per view ({layers} layer(s) x (H + 2r) x (W + 2r)), more than "
+        f"MAX_VIEW_SLOTS = {MAX_VIEW_SLOTS}; lower splat_radius or the image size")
+
+
+def _check_near(near) -> None:
+  """`near` must be a finite distance > 0: at 0 or below, points behind the camera (negative
+  depth) would be drawn and hide real ones. Concrete values only (a traced near is
+  checked on device: a point is kept only at positive depth)."""
+  value = concrete(near)
+  if value is None:
+    return
+  if value.shape != () or not np.issubdtype(value.dtype, np.number) or np.issubdtype(
+      value.dtype, np.complexfloating):
+    raise ValueError(f"render: near must be a real scalar, got {near!r}")
+  if not (np.isfinite(value) and value > 0):
+    raise ValueError(f"render: near must be a finite distance > 0, got {float(value)!r}")
+
+
+def _check_values(camera: Camera, near, point_radius) -> None:
+  """Value checks of whatever is concrete (tracers are left to the device)."""
+  validate_camera(camera, "Camera")
+  _check_near(near)
+  if point_radius is not None:
+    value = concrete(point_radius)
+    if value is not None:
+      if not np.issubdtype(value.dtype, np.number) or np.issubdtype(value.dtype,
+                                                                     np.complexfloating):
+        raise ValueError(f"render: point_radius must be real numbers, got dtype {value.dtype}")
+      bad = ~(np.isfinite(value) & (value >= 0))
+      if bad.any():
+        raise ValueError(f"render: point_radius must be finite and >= 0, got "
+                         f"{value[bad].reshape(-1)[0].item()!r}")
 
 
 def render(cloud: PointCloud, camera: Camera, height: int, width: int,
@@ -164,15 +225,20 @@ def render(cloud: PointCloud, camera: Camera, height: int, width: int,
       is `clip(round(fx * point_radius / z), 0, splat_radius)`, so near
       surfaces render without holes. A scalar or an array [P].
     footprint: "square" or "disc" (pixels with dx^2 + dy^2 <= (r + 1/2)^2).
-    near: points with camera z <= near are dropped.
+    near: points with camera z <= near are dropped; a finite distance > 0.
 
   Jit-compiled. Under `jax.vmap` (over cameras, clouds or both, nested or not)
   it folds the batch into one flat scatter instead of a batched scatter, which
   XLA runs several times slower. Raises ValueError on wrong shapes or dtypes
-  before tracing.
+  before tracing, and on unusable values that are known there (not tracers): a camera
+  with non-finite numbers, focal lengths <= 0 or a non-rigid pose (`validate_camera`),
+  near <= 0, a negative or non-finite point_radius, splat_radius past MAX_SPLAT_RADIUS
+  or buffers past MAX_VIEW_SLOTS.
   """
   _check_inputs(cloud, camera, height, width, splat_radius, background)
   _check_point_radius(point_radius, cloud.num_points)
+  _check_buffers(height, width, splat_radius, point_radius is not None)
+  _check_values(camera, near, point_radius)
   return _render_jit(cloud, camera, background, near, point_radius, None, height=height,
                      width=width, splat_radius=splat_radius, footprint=_check_footprint(footprint))
 
@@ -186,6 +252,8 @@ def render_batch(cloud: PointCloud, cameras: Camera, height: int, width: int,
 
   Returns `Rendered` with a leading axis V. Same options as `render`.
   """
+  if not isinstance(cameras, Camera):
+    raise TypeError(f"render_batch: expected a Camera, got {type(cameras).__name__}")
   pose_shape = tuple(cameras.world_from_camera.shape)
   if len(pose_shape) != 3 or pose_shape[1:] != (4, 4):
     raise ValueError(f"render_batch: expected cameras with pose [V, 4, 4], got {pose_shape}")
@@ -202,6 +270,8 @@ def render_batch(cloud: PointCloud, cameras: Camera, height: int, width: int,
   _check_inputs(first_cloud, jax.tree.map(lambda x: x[0], cameras), height, width,
                 splat_radius, background)
   _check_point_radius(point_radius, cloud.num_points)
+  _check_buffers(height, width, splat_radius, point_radius is not None)
+  _check_values(cameras, near, point_radius)
   return _render_jit(cloud, cameras, background, near, point_radius, num_views, height=height,
                      width=width, splat_radius=splat_radius, footprint=_check_footprint(footprint))
 
@@ -350,12 +420,15 @@ def _render_views(views, points, *, height: int, width: int, splat_radius: int,
   fx = per_view(views["fx"])
   u = round_half_away(fx * p_cam[..., 0] / z + per_view(views["cx"])) + pad
   v = round_half_away(per_view(views["fy"]) * p_cam[..., 1] / z + per_view(views["cy"])) + pad
-  # Comparisons are false for NaN, so non-finite points are dropped here too.
-  keep = (points["valid"] & (z > per_view(views["near"])) & (z < jnp.inf)
+  # Comparisons are false for NaN, so non-finite points are dropped here too. Depth must be
+  # positive whatever `near` says: negative depths' bits would win the scatter-min.
+  keep = (points["valid"] & (z > per_view(views["near"])) & (z > 0) & (z < jnp.inf)
           & (u >= 0) & (u < padded_w) & (v >= 0) & (v < padded_h))
   slot = v.astype(jnp.int32) * padded_w + u.astype(jnp.int32)
   if depth_dependent:
-    radius_px = jnp.clip(round_half_away(fx * points["point_radius"] / z), 0, splat_radius)
+    radius_px = round_half_away(fx * points["point_radius"] / z)
+    # NaN (a traced NaN point_radius) would cast to an arbitrary layer: take radius 0.
+    radius_px = jnp.clip(jnp.where(jnp.isnan(radius_px), 0.0, radius_px), 0, splat_radius)
     slot = slot + radius_px.astype(jnp.int32) * layer_size
   view_offset = 0 if single_view else per_view(jnp.arange(num_views, dtype=jnp.int32) * view_size)
   slot = jnp.where(keep, slot + view_offset, sentinel).reshape(-1)

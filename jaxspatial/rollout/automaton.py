@@ -13,6 +13,8 @@ tables a rollout uses on device:
                       stops at the first accepting state, later bytes of the token ignored)
   distance   [S]      fewest tokens from a state to acceptance (constrained decoding forces
                       a call to close within the turn's token budget)
+  min_turn_tokens     (static, host) fewest tokens of any valid turn: a turn budget below it
+                      would leave constrained decoding no token to sample
   byte_next, byte_field, byte_option [S, 256]   the byte-level DFA and its labels, from
                       which the parsed action is read on device
 
@@ -615,6 +617,30 @@ def _distances(token_next: np.ndarray, accepting: np.ndarray, allowed_V: np.ndar
   return dist
 
 
+def shortest_turn(token_next: np.ndarray, accepting: np.ndarray, allowed_V: np.ndarray) -> int:
+  """Fewest allowed tokens from the start state to an accepting one (the grammar's shortest
+  valid turn in this vocabulary), breadth first forward over the token transition table on
+  the host; -1 when no sequence of allowed tokens reaches acceptance."""
+  token_next = np.asarray(token_next)
+  accepting = np.asarray(accepting, bool)
+  if accepting[START]:
+    return 0
+  leads = token_next[:, np.asarray(allowed_V, bool)]  # [S, V'] where allowed tokens lead
+  seen = np.zeros(len(accepting), bool)
+  seen[[DEAD, START]] = True
+  frontier = np.asarray([START])
+  steps = 0
+  while frontier.size:
+    steps += 1
+    reached = np.unique(leads[frontier])
+    reached = reached[~seen[reached]]
+    if accepting[reached].any():
+      return steps
+    seen[reached] = True
+    frontier = reached
+  return -1
+
+
 @struct.dataclass
 class TokenAutomaton:
   """Device tables for one grammar and one tokenizer (see the module docstring)."""
@@ -631,6 +657,9 @@ class TokenAutomaton:
   banned: Array          # [V] bool: special tokens the grammar never spells (masked when
                          # constrained)
   grammar: Grammar = struct.field(pytree_node=False)
+  # Fewest allowed tokens of a valid turn (`shortest_turn`; -1: none), static so that
+  # configuration checks can read it under jit, where the tables are tracers.
+  min_turn_tokens: int = struct.field(pytree_node=False, default=-1)
 
   @property
   def vocab_size(self) -> int:
@@ -668,7 +697,8 @@ def compile_token_automaton(grammar: Grammar, tokenizer, vocab_size: int | None 
       byte_field=jnp.asarray(dfa.field), byte_option=jnp.asarray(dfa.option),
       stop_next=jnp.asarray(stop_next.astype(index_dtype)),
       stop_accepting=jnp.asarray(stop.accepting), token_bytes=jnp.asarray(table),
-      token_length=jnp.asarray(lengths), banned=jnp.asarray(banned), grammar=grammar)
+      token_length=jnp.asarray(lengths), banned=jnp.asarray(banned), grammar=grammar,
+      min_turn_tokens=shortest_turn(token_next, dfa.accepting, ~banned))
 
 
 def allowed_tokens(automaton: TokenAutomaton, state_B: Array, remaining_B: Array) -> Array:
@@ -677,3 +707,9 @@ def allowed_tokens(automaton: TokenAutomaton, state_B: Array, remaining_B: Array
   nxt = automaton.token_next[state_B].astype(jnp.int32)
   return ((nxt != DEAD) & ~automaton.banned[None]
           & (automaton.distance[nxt] <= remaining_B[:, None] - 1))
+
+
+def min_turn_tokens(automaton: TokenAutomaton) -> int:
+  """The grammar's shortest valid turn in tokens of this vocabulary (special tokens the
+  grammar never spells excluded); -1 when no turn can be written."""
+  return automaton.min_turn_tokens

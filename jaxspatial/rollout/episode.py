@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
+import numbers
 from typing import Callable
 
 import jax
@@ -40,6 +42,7 @@ from jaxspatial.rollout.trajectory import Trajectory
 
 Array = jax.Array
 ANSWER_BYTES = 128
+MIN_TEMPERATURE = 1e-3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +59,45 @@ class RolloutConfig:
   # Hugging Face's repetition penalty over every token in context (1.0: off); logprobs are
   # then those of the penalised distribution sampled from.
   repetition_penalty: float = 1.0
+
+  def __post_init__(self):
+    """Field checks that need no agent (`check_turn_budget` checks the rest against the
+    agent and its automaton): each names the field, the expected and the got."""
+    def integer(name, low):
+      value = getattr(self, name)
+      if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < low:
+        raise ValueError(f"RolloutConfig.{name}: expected an int >= {low}, got {value!r}")
+
+    def real(name, ok, expected):
+      value = getattr(self, name)
+      if (not isinstance(value, numbers.Real) or isinstance(value, bool)
+          or not math.isfinite(value) or not ok(value)):
+        raise ValueError(f"RolloutConfig.{name}: expected {expected}, got {value!r}")
+
+    integer("max_turns", 1)
+    integer("max_turn_tokens", 1)
+    integer("top_k", 0)
+    integer("pad_token", 0)
+    if not isinstance(self.constrained, (bool, np.bool_)):
+      raise ValueError(f"RolloutConfig.constrained: expected a bool, got {self.constrained!r}")
+    # Below MIN_TEMPERATURE the scaled logits overflow float32 (log-probabilities NaN).
+    real("temperature", lambda t: t == 0 or t >= MIN_TEMPERATURE,
+         f"0 (greedy) or a finite temperature >= {MIN_TEMPERATURE}")
+    real("top_p", lambda p: 0 < p <= 1, "a nucleus mass in (0, 1]")
+    real("repetition_penalty", lambda r: r > 0, "a finite penalty > 0 (1: off)")
+    eos = self.eos_tokens
+    if isinstance(eos, (str, bytes)) or not isinstance(eos, (tuple, list)) or any(
+        not isinstance(t, numbers.Integral) or isinstance(t, bool) or t < 0 for t in eos):
+      raise ValueError(f"RolloutConfig.eos_tokens: expected a tuple of token ids >= 0, got "
+                       f"{eos!r}")
+    object.__setattr__(self, "eos_tokens", tuple(int(t) for t in eos))  # hashable
+    try:
+      dtype = jnp.dtype(self.cache_dtype) if isinstance(self.cache_dtype, str) else None
+    except (TypeError, ValueError):
+      dtype = None
+    if dtype is None or not jnp.issubdtype(dtype, jnp.floating):
+      raise ValueError(f"RolloutConfig.cache_dtype: expected a float dtype name "
+                       f"('float32', 'bfloat16', ...), got {self.cache_dtype!r}")
 
 
 def capacity(prompt_length: int, template: ObservationTemplate, config: RolloutConfig) -> int:
@@ -202,16 +244,49 @@ ANSWER_KEY, MALFORMED_KEY, REJECTED_KEY = (jnp.uint32(0x9E3779B1), jnp.uint32(0x
                                            jnp.uint32(0xC2B2AE3D))
 
 
-def check_turn_budget(agent, config: RolloutConfig) -> None:
+def check_turn_budget(agent, config: RolloutConfig, automaton: TokenAutomaton | None = None
+                      ) -> None:
   """The loop's turns and the environment's tool budget must agree: `max_calls` tool calls,
   then one turn to answer. With fewer turns the loop would silently cut the paper's budget;
-  with more, turns past the budget could only be rejected calls."""
+  with more, turns past the budget could only be rejected calls.
+
+  With the automaton: token ids must lie in its vocabulary, and under constrained decoding
+  `max_turn_tokens` must hold the grammar's shortest valid turn (`min_turn_tokens`), else
+  every token is masked and the sampler draws token 0 with log-probability NaN. Reads
+  only static values, so it works under jit."""
+  if not isinstance(config, RolloutConfig):
+    raise TypeError(f"expected a RolloutConfig, got {type(config).__name__}")
+  name = type(agent).__name__
   budget = getattr(agent, "max_calls", None)
   if budget is not None and config.max_turns != budget + 1:
     raise ValueError(
-        f"RolloutConfig.max_turns is {config.max_turns}, but {type(agent).__name__} allows "
+        f"RolloutConfig.max_turns is {config.max_turns}, but {name} allows "
         f"{budget} tool calls and then the answer: max_turns must be {budget + 1} (or set the "
         "environment's budget to max_turns - 1)")
+  if automaton is None:
+    return
+  vocab = automaton.vocab_size
+  for field, ids in (("pad_token", (config.pad_token,)), ("eos_tokens", config.eos_tokens)):
+    outside = [t for t in ids if not 0 <= t < vocab]
+    if outside:
+      raise ValueError(f"RolloutConfig.{field}: expected token ids in [0, {vocab}) (the "
+                       f"automaton's vocabulary), got {outside[0]}")
+  if config.top_k > vocab:
+    raise ValueError(f"RolloutConfig.top_k: expected at most the vocabulary size {vocab} "
+                     f"(0: off), got {config.top_k}")
+  if config.constrained:
+    shortest = automaton.min_turn_tokens
+    grammar = automaton.grammar.name
+    if shortest < 0:
+      raise ValueError(f"RolloutConfig.constrained: {name}'s grammar {grammar!r} has no "
+                       "valid turn in this vocabulary (the allowed tokens never reach "
+                       "acceptance); constrained decoding could only sample masked tokens")
+    if config.max_turn_tokens < shortest:
+      raise ValueError(
+          f"RolloutConfig.max_turn_tokens is {config.max_turn_tokens}, but the shortest valid "
+          f"turn of {name}'s grammar {grammar!r} is {shortest} tokens: constrained decoding "
+          f"would mask every token (sampling token 0 with log-probability NaN); "
+          f"max_turn_tokens must be at least {shortest}")
 
 
 def _prompt_views(images):
@@ -251,7 +326,7 @@ def rollout(model, agent, automaton: TokenAutomaton, template: ObservationTempla
   log-probabilities are still the policy's. `judge(question [B, Lq], answer [B, A],
   references [B, R, La]) -> bool [B]` runs on the host at the end (an LLM judge) and
   replaces the rule judge; its verdict counts only for episodes that answered."""
-  check_turn_budget(agent, config)
+  check_turn_budget(agent, config, automaton)
   batch, prompt_length = prompt_ids_BxL.shape
   turns = config.max_turns
   reset_keys = jax.random.split(jax.random.fold_in(key, 2 ** 20), batch)

@@ -8,7 +8,10 @@
     format          the completion walks the 3DThinker grammar automaton to acceptance
                     (latent block, <think>, <answer>); the reference's regex does not
                     check the pad count nor the answer body, the grammar does (12 pads,
-                    a non-empty, tag-free answer: stricter than the reference)
+                    a non-empty, tag-free answer: stricter than the reference); and its
+                    latent block is a real one, read by token id (`real_latent_block`):
+                    the same text spelled with ordinary tokens is a block the sampler
+                    never entered latent mode for, and earns no format reward
     correct         the option letter the reference reads from the answer (the last
                     "X.", else "answer is X", a lone X, ... in its priority:
                     `device_text.thinker3d_option`) equals the task's
@@ -46,7 +49,7 @@ from jaxspatial.models.qwen2_5_vl.preprocess import batch_vision_inputs
 from jaxspatial.models.qwen2_5_vl.sampler import SamplingConfig, decode, prefill
 from jaxspatial.rl.rewards import device_text
 from jaxspatial.rl.rewards.papers import latent_similarity
-from jaxspatial.rollout.automaton import START, TokenAutomaton
+from jaxspatial.rollout.automaton import JSON_WS, START, TokenAutomaton
 
 Array = jax.Array
 FALLBACKS = ("after_header", "generated", "none")
@@ -69,6 +72,21 @@ class Thinker3DRolloutConfig:
   cache_dtype: str = "float32"
 
   def __post_init__(self):
+    ids = self.latent_tokens
+    if (not isinstance(ids, tuple) or len(ids) != 3 or len(set(ids)) != 3
+        or any(not _is_id(t) for t in ids)):
+      raise ValueError(f"Thinker3DRolloutConfig.latent_tokens: expected 3 distinct token ids "
+                       f"(<|latent_start|>, <|latent_pad|>, <|latent_end|>), got {ids!r}")
+    if not isinstance(self.stop_tokens, tuple) or any(not _is_id(t) for t in self.stop_tokens):
+      raise ValueError(f"Thinker3DRolloutConfig.stop_tokens: expected a tuple of token ids, "
+                       f"got {self.stop_tokens!r}")
+    for name in ("num_latents", "max_new_tokens"):
+      value = getattr(self, name)
+      if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"Thinker3DRolloutConfig.{name}: expected an int >= 1, got {value!r}")
+    if not _is_id(self.pad_token):
+      raise ValueError(f"Thinker3DRolloutConfig.pad_token: expected a token id >= 0, got "
+                       f"{self.pad_token!r}")
     if self.latent_fallback not in FALLBACKS:
       raise ValueError(f"Thinker3DRolloutConfig.latent_fallback: expected one of {FALLBACKS}, "
                        f"got {self.latent_fallback!r}")
@@ -79,6 +97,10 @@ class Thinker3DRolloutConfig:
                           top_k=self.top_k, top_p=self.top_p, stop_tokens=self.stop_tokens,
                           pad_token=self.pad_token, cache_dtype=self.cache_dtype,
                           latent_tokens=self.latent_tokens, num_latents=self.num_latents)
+
+
+def _is_id(value) -> bool:
+  return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2 ** 31
 
 
 @struct.dataclass
@@ -113,6 +135,50 @@ def completion_format(automaton: TokenAutomaton, tokens_N: Array, length: Array,
   used = jnp.arange(tokens_N.shape[0]) < length
   final, _ = jax.lax.scan(step, start_state, (tokens_N, used))
   return automaton.accepting[final]
+
+
+def real_latent_block(automaton: TokenAutomaton, tokens_N: Array, length: Array,
+                      primed: Array, latent_tokens: tuple[int, int, int],
+                      num_latents: int) -> Array:
+  """Whether the completion opens with a latent block of the special token ids: only
+  whitespace tokens (the grammar's leading space) before the first `<|latent_start|>` id
+  (or the prompt ends with it: `primed`), then `num_latents` `<|latent_pad|>` ids and the
+  `<|latent_end|>` id, all before `length`. With the grammar walk accepting, this is the
+  block the grammar read: ordinary tokens spelling the same text do not count."""
+  start_id, pad_id, end_id = latent_tokens
+  size = tokens_N.shape[0]
+  positions = jnp.arange(size)
+  used = positions < length
+  first = jnp.where(primed, -1, jnp.min(jnp.where(used & (tokens_N == start_id), positions,
+                                                  size)))
+  pieces = automaton.token_bytes[tokens_N]  # [N, Lmax], -1 padded
+  space = jnp.asarray(sorted(JSON_WS.item.values), jnp.int32)
+  blank = jnp.all((pieces < 0) | jnp.any(pieces[..., None] == space, -1), -1) & (
+      automaton.token_length[tokens_N] > 0)
+  prefix_ok = jnp.all(jnp.where(positions < first, blank, True))
+  offset = positions - first
+  in_pads = (offset >= 1) & (offset <= num_latents)
+  pads_ok = jnp.all(jnp.where(in_pads, used & (tokens_N == pad_id), True))
+  end_at = first + num_latents + 1
+  end_ok = (end_at < length) & (tokens_N[jnp.clip(end_at, 0, size - 1)] == end_id)
+  return (first < size) & prefix_ok & pads_ok & end_ok
+
+
+def format_reward(automaton: TokenAutomaton, tokens_BxN: Array, lengths_B: Array,
+                  primed_B: Array, config: Thinker3DRolloutConfig) -> Array:
+  """[B] bool: the completions (their first `lengths` tokens, the stop token left out) walk
+  the grammar to acceptance, from after `<|latent_start|>` where the prompt ends with it
+  (`primed`), and their latent block is made of the latent token ids (`real_latent_block`:
+  the grammar reads bytes, which ordinary tokens can spell too)."""
+  start_id = config.latent_tokens[0]
+  start_state = jnp.where(primed_B, automaton.token_next[START, start_id].astype(jnp.int32),
+                          START)
+  walks = jax.vmap(lambda t, n, s: completion_format(automaton, t, n, s))(
+      tokens_BxN, lengths_B, start_state)
+  real = jax.vmap(lambda t, n, p: real_latent_block(
+      automaton, t, n, p, config.latent_tokens, config.num_latents))(
+          tokens_BxN, lengths_B, primed_B)
+  return walks & real
 
 
 def completion_bytes(automaton: TokenAutomaton, tokens_N: Array, length: Array) -> Array:
@@ -172,14 +238,11 @@ def rollout(policy, automaton: TokenAutomaton, prompt_ids_BxL: Array, prompt_mas
 
   # Rewards. A prompt ending in the start token begins the grammar after it.
   primed = prompt_ids_BxL[:, -1] == start_id
-  start_state = jnp.where(primed, automaton.token_next[START, start_id].astype(jnp.int32),
-                          START)
   stops = jnp.asarray(config.stop_tokens, jnp.int32)
   ends_with_stop = jnp.any(
       jnp.take_along_axis(tokens_N, jnp.maximum(lengths - 1, 0)[:, None], 1) == stops[None], -1)
   content_length = lengths - ends_with_stop.astype(jnp.int32)
-  format_ok = jax.vmap(lambda t, n, s: completion_format(automaton, t, n, s))(
-      tokens_N, content_length, start_state)
+  format_ok = format_reward(automaton, tokens_N, content_length, primed, config)
   text = jax.vmap(lambda t, n: completion_bytes(automaton, t, n))(tokens_N, content_length)
   letter = jax.vmap(device_text.thinker3d_answer_letter)(text)
   correct = (letter >= 0) & (letter == answer_choice_B)

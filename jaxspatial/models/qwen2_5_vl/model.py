@@ -7,7 +7,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from jaxspatial.models.qwen2_5_vl.config import Qwen25VLConfig
-from jaxspatial.models.qwen2_5_vl.hf_params import load_text_weights
+from jaxspatial.models.qwen2_5_vl.hf_params import check_checkpoint, load_text_weights
 from jaxspatial.models.qwen2_5_vl.rope import rope_index, text_position_ids
 from jaxspatial.models.qwen2_5_vl.text import TextModel
 from jaxspatial.models.qwen2_5_vl.vision import Grids, VisionModel, load_vision_weights
@@ -38,8 +38,15 @@ class Qwen25VL(nnx.Module):
     The model is first built abstractly (shapes only, no random initialisation), so host
     memory holds the loaded parameters plus one tensor in flight; the loaders fail if
     any parameter is left unloaded.
+
+    Nothing is traced before the checks: config.json field by field (settings the model
+    does not implement are refused), then the index and every shard's header against the
+    config (keys, shapes, float16 / bfloat16 / float32 dtypes, no key in two shards) and the
+    vision tensors' values; text tensors are checked for NaN / Inf as they load. Each
+    refusal is a `CheckpointError` naming the file and the field or tensor.
     """
     config = Qwen25VLConfig.from_hf(folder)
+    check_checkpoint(folder, config, jnp.dtype(param_dtype))
     model = nnx.eval_shape(lambda: cls(config, rngs=nnx.Rngs(seed), dtype=dtype,
                                        param_dtype=param_dtype, attention=attention,
                                        remat=remat))

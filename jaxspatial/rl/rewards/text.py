@@ -19,6 +19,29 @@ THINKER3D_FORMAT = re.compile(
     r"<\|latent_start\|>.*?<think>.*?</think>\s*<answer>.*?</answer>", re.DOTALL)
 
 
+def thinker3d_latent_block_ids(ids, pieces, latent_tokens, num_latents: int = 12,
+                              primed: bool = False) -> bool:
+  """Whether a completion's token ids open with a real latent block: only whitespace
+  tokens before the first `<|latent_start|>` id (or, `primed`, the prompt ended with it),
+  then `num_latents` `<|latent_pad|>` ids and the `<|latent_end|>` id. `pieces[i]`: token
+  i's bytes. The regex above reads text, where ordinary tokens can spell the block that
+  the sampler never entered latent mode for; 3DThinker's format reward counts only ids
+  (the host reference of `rollout.thinker3d.real_latent_block`)."""
+  start, pad, end = (int(t) for t in latent_tokens)
+  ids = [int(t) for t in ids]
+  if primed:
+    after = 0
+  else:
+    if start not in ids:
+      return False
+    first = ids.index(start)
+    if any(not pieces[t] or pieces[t].strip(b" \t\n\r") for t in ids[:first]):
+      return False
+    after = first + 1
+  block = ids[after:after + num_latents + 1]
+  return block == [pad] * num_latents + [end]
+
+
 def answer_text(text: str) -> str | None:
   """The content of the first <answer>...</answer>, or None."""
   match = ANSWER.search(text)
