@@ -3,16 +3,15 @@
 at exists; a fuzz of mutated paths either reads a path inside the folder or raises one of
 the readers' errors."""
 
-import contextlib
 import json
 import os
-import signal
 
 import numpy as np
 import pytest
 
 from data_pipelines.readers import (BenchmarkFormatError, MissingImageError, read_blink,
                                     read_mindcube, read_scanqa, read_vsibench)
+from tests.deadline import deadline
 
 
 @pytest.fixture()
@@ -153,19 +152,6 @@ def random_path(rng, tmp) -> object:
   elif roll < 0.35:
     text = f"{tmp}/bench/{text}"
   return text
-
-
-@contextlib.contextmanager
-def deadline(seconds: float):
-  def expired(signum, frame):
-    raise TimeoutError(f"a case ran past {seconds} s")
-  previous = signal.signal(signal.SIGALRM, expired)
-  signal.setitimer(signal.ITIMER_REAL, seconds)
-  try:
-    yield
-  finally:
-    signal.setitimer(signal.ITIMER_REAL, 0)
-    signal.signal(signal.SIGALRM, previous)
 
 
 def inside(root, file: str) -> bool:

@@ -7,10 +7,8 @@ decodes: numpy arrays of the builder's dtypes, bytes for text, a list of decoded
 so no TFDS dataset is built here; tests/data_pipelines/test_dataset.py runs the real one.
 """
 
-import contextlib
 import copy
 import json
-import signal
 import time
 
 import numpy as np
@@ -24,6 +22,7 @@ from data_pipelines.synthetic import teachers  # noqa: E402
 from data_pipelines.synthetic.questions import LETTERS  # noqa: E402
 from data_pipelines.synthetic.teachers import TrajectoryError, read_trajectories  # noqa: E402
 from jaxspatial.envs import decode_text  # noqa: E402
+from tests.deadline import deadline
 
 SEED = 10000042
 WIDTH, HEIGHT = 32, 24
@@ -75,20 +74,6 @@ def stored_example(seed: int = SEED, views: int = 3, points: int = 600) -> dict:
       "object_centres": np.array([[1, 1, 0.5], [-1, 1, 0.5], [0, -1, 0.5]], np.float32),
       "questions": json.dumps(questions).encode(),
   }
-
-
-@contextlib.contextmanager
-def deadline(seconds: float):
-  """Fails a case that runs longer than `seconds` (a hang) instead of waiting for it."""
-  def expired(signum, frame):
-    raise TimeoutError(f"a case ran past {seconds} s")
-  previous = signal.signal(signal.SIGALRM, expired)
-  signal.setitimer(signal.ITIMER_REAL, seconds)
-  try:
-    yield
-  finally:
-    signal.setitimer(signal.ITIMER_REAL, 0)
-    signal.signal(signal.SIGALRM, previous)
 
 
 def test_an_ordinary_record_loads_unchanged():
