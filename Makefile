@@ -66,8 +66,9 @@ test: $(DEV_STAMP) system-deps
 
 # Every recipe (demo, Think3D-RL, Act3D, PERIA, 3DThinker stages 1 and 2) at tiny size through
 # the trainer: SIGKILL + resume equals an uninterrupted run, a NaN stops naming its step,
-# launch.eval reads the checkpoint, a 2-process jax.distributed run takes an RL step
-# (13 tests, 24 minutes on 2 cores).
+# launch.eval reads the checkpoint, a 2-process jax.distributed run takes an RL step, and
+# sharded SFT / GRPO steps on 8 fake devices equal one device's and restore onto another
+# mesh (14 tests, about 26 minutes on 2 cores).
 train-checks: $(DEV_STAMP) system-deps
 	$(PY) -m pytest -m recipe_checks -n $(TEST_WORKERS) --dist load tests/recipes tests/train
 

@@ -17,14 +17,16 @@ texts, the format error after which the episode continues), "Observation 0:" bef
 first image. Step groups match the observation each step produced (the image a call
 made; answers, malformed turns and rejected calls their own keys).
 
-Not reproduced here: the policy family (Qwen3-VL-8B-Thinking; only Qwen2.5-VL-shaped
-checkpoints load so far), the twelve perception tools (OCR, SAM 3.1, GroundingDINO: no
+The policy family is the paper's, Qwen3-VL (`model.family`; the public SFT base is
+Qwen3-VL-8B-Thinking). Not reproduced here: the Thinking chat template's `<think>`
+prefill (our prompts open the assistant turn plainly and the grammar writes the
+`<think>` block), the twelve perception tools (OCR, SAM 3.1, GroundingDINO: no
 perception callbacks yet), the LLM-judge fallback of R_correct, PERIA's own image
 benchmarks (the tools act on renders of the task's 3D scene), `image_label`'s text (drawn
 as a marker only: no text rendering on device). Cost: FSDP2 on GPU nodes, 3 epochs, in
 the public script.
 
-`cpu`: tiny random policy, synthetic_spatial/tiny, 100 SFT steps on the scripted teacher
+`cpu`: a tiny random Qwen3-VL policy, synthetic_spatial/tiny, 100 SFT steps on the scripted teacher
 (a centre crop, then the letter), 10 OR-GIGPO steps of 4 prompts x 4; the three CPU recipes take
 11m40s together on a 2-core CPU (`make recipes`).
 """
@@ -34,6 +36,7 @@ from configs.agent_recipe import base, shrink_for_cpu
 
 def get_config(variant: str = "reference"):
   c = base("peria_or_gigpo", "peria", variant)
+  c.model.family = "qwen3_vl"  # Qwen3-VL-8B-Thinking in the public code
   c.objective = dict(epsilon_low=0.2, epsilon_high=0.2, dual_clip=None, beta=0.0,
                      kl_estimator="k3", aggregation="token-mean")
   c.advantage = dict(estimator="or_gigpo", ddof=1, eps=1e-6, group_size=4, gamma=0.99,

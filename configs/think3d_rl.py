@@ -1,7 +1,7 @@
 r"""Think3D-RL: GRPO over view-tool rollouts, observation tokens masked.
 
     python -m launch.train --config configs/think3d_rl.py \
-        --config.model.checkpoint=/ckpt/Qwen2.5-VL-3B --config.data.data_dir=/data
+        --config.model.checkpoint=/ckpt/Qwen3-VL-4B-Instruct --config.data.data_dir=/data
     python -m launch.train --config configs/think3d_rl.py:cpu        (runs here)
 
 Published setting (paper section 3.4 and appendix A; the public ms-swift script where the
@@ -15,15 +15,17 @@ input image; the message after each view is stage-aware (the last one says: answ
 no tools). Clip, KL estimator and aggregation are ms-swift defaults the script does not
 pin (likely eps 0.2, k3): we use those.
 
-Not reproduced here: the policy family (Qwen3-VL-4B; only Qwen2.5-VL-shaped checkpoints
-load so far), Pi3 reconstructions (the dataset must carry the point clouds and views), the
+The policy family is the paper's, Qwen3-VL (`model.family`; a checkpoint's config.json
+decides, so a Qwen2.5-VL folder runs too, as an ablation). Not reproduced here: Pi3
+reconstructions (the dataset must carry the point clouds and views), the
 public code's per-turn message replacement (each continuation re-sends the question, the
 last reply and the images; we keep one growing conversation) and its long continuation
 texts (ours are short, stage-aware templates). `agent.views="preset"` restricts angles
 to the paper-era RL prompt's (-45, 0), (45, 0), (0, 60). Cost: 8 x H200 for one epoch in
 the paper.
 
-`cpu`: a tiny random policy (0.20M parameters) on synthetic_spatial/tiny (built on first
+`cpu`: a tiny random Qwen3-VL policy (0.2M parameters, two DeepStack blocks) on
+synthetic_spatial/tiny (built on first
 use, about 20 s), 100 SFT steps on the scripted teacher (one view, then the letter; the
 base policy has never seen the tool format), 10 GRPO steps of 2 prompts x 8, one view per
 episode. It shows the recipe runs, not that it learns.
@@ -34,6 +36,7 @@ from configs.agent_recipe import base, shrink_for_cpu
 
 def get_config(variant: str = "reference"):
   c = base("think3d_rl", "think3d", variant)
+  c.model.family = "qwen3_vl"  # Qwen3-VL-4B in the paper
   c.model.frozen = ("visual",)
   c.objective = dict(epsilon_low=0.2, epsilon_high=0.2, dual_clip=None, beta=0.001,
                      kl_estimator="k3", aggregation="sequence-mean-token-mean")

@@ -19,13 +19,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from etils import epath
-from flax import nnx
 
 from data_pipelines.loader import scene_questions, scene_tasks, task_batches
 from data_pipelines.synthetic import teachers
 from data_pipelines.synthetic.questions import FAMILIES
+from jaxspatial import models
 from jaxspatial.models import Precision, memory, model_options, resolve_attention
-from jaxspatial.models.qwen2_5_vl.model import Qwen25VL
 from jaxspatial.models.sharding import global_batch, local_rows
 from jaxspatial.rl.objectives import PolicyLossConfig
 from jaxspatial.rollout import AgentRollout, episode, make_agent, tiny
@@ -36,16 +35,17 @@ from recipes.common import counts_accuracy
 
 
 def load_policy(c):
-  """(tokenizer, model): a Hugging Face folder loaded onto the current mesh, or a tiny random
-  policy."""
+  """(tokenizer, model): a Hugging Face folder loaded onto the current mesh (its family from
+  config.json), or a tiny random policy of `model.family`."""
   if c.model.checkpoint:
-    from jaxspatial.models.qwen2_5_vl.tokenizer import load_processor  # pylint: disable=import-outside-toplevel
-    processor = load_processor(c.model.checkpoint)
-    tok = getattr(processor, "tokenizer", processor)
-    return tok, Qwen25VL.from_pretrained(c.model.checkpoint, seed=c.seed,
-                                         **model_options(c.model))
+    processor, model = models.load_policy(c.model.checkpoint, seed=c.seed,
+                                          **model_options(c.model))
+    if model.family != c.model.family:
+      print(f"note: {c.model.checkpoint} is a {model.family} checkpoint; the recipe's paper "
+            f"trained {c.model.family} (model.family)", flush=True)
+    return getattr(processor, "tokenizer", processor), model
   tok = tiny.tokenizer()
-  return tok, Qwen25VL(tiny.model_config(tok), rngs=nnx.Rngs(c.seed), **model_options(c.model))
+  return tok, tiny.model(tok, c.model.family, c.seed, **model_options(c.model))
 
 
 def data_source(c, split: str):

@@ -16,8 +16,8 @@ from flax import nnx
 
 from data_pipelines.synthetic import episodes
 from jaxspatial.envs import act3d
+from jaxspatial import models
 from jaxspatial.models import Precision, model_options
-from jaxspatial.models.qwen2_5_vl.model import Qwen25VL
 from jaxspatial.rollout import AgentRollout, agents, automaton as am, episode, observation, tiny
 from jaxspatial.rollout import viewer
 from jaxspatial.rollout.profile import profile_compiled
@@ -26,7 +26,7 @@ from jaxspatial.rollout.profile import profile_compiled
 @dataclasses.dataclass
 class RolloutSetup:
   tokenizer: object
-  model: Qwen25VL
+  model: object      # a policy family's model (jaxspatial.models.policy)
   agent: object
   automaton: am.TokenAutomaton
   template: observation.ObservationTemplate
@@ -42,13 +42,12 @@ def build(c) -> RolloutSetup:
     raise ValueError(f"rollout_setup: agent {c.agent!r} has no synthetic task source yet; "
                      "expected 'act3d'")
   if c.checkpoint:
-    from jaxspatial.models.qwen2_5_vl.tokenizer import load_processor  # pylint: disable=import-outside-toplevel
-    processor = load_processor(c.checkpoint)
+    processor, model = models.load_policy(c.checkpoint, **model_options(c.model))
     tok = getattr(processor, "tokenizer", processor)
-    model = Qwen25VL.from_pretrained(c.checkpoint, **model_options(c.model))
   else:
     tok = tiny.tokenizer()
-    model = Qwen25VL(tiny.model_config(tok), rngs=nnx.Rngs(c.seed), **model_options(c.model))
+    model = tiny.model(tok, c.model.get("family", "qwen2_5_vl"), c.seed,
+                       **model_options(c.model))
   agent = agents.Act3DAgent(act3d.Act3DParams(width=c.width, height=c.height,
                                               grounding_min_pixels=5,
                                               max_interactions=c.max_turns - 1))

@@ -1,5 +1,6 @@
-"""Models: Qwen2.5-VL (in qwen2_5_vl/), LoRA adapters, sharding rules, 3DThinker's latent
-block and 3D projector; the dtype policy, attention implementations, memory estimates."""
+"""Models: the policy interface and its families (Qwen2.5-VL in qwen2_5_vl/, Qwen3-VL in
+qwen3_vl/), the sampler, LoRA adapters, sharding rules, 3DThinker's latent block and 3D
+projector; the dtype policy, attention implementations, memory estimates."""
 
 from jaxspatial.models import memory
 from jaxspatial.models.attention import IMPLEMENTATIONS as ATTENTION_IMPLEMENTATIONS
@@ -12,10 +13,16 @@ from jaxspatial.models.lora import LoRALinear, LoRATiedHead, apply_lora, linear_
 from jaxspatial.models.projector3d import (TINY, Projector3D, Projector3DConfig,
                                            alignment_loss, load_torch_state_dict, stage1_loss)
 from jaxspatial.models.memory import MemoryEstimate
+from jaxspatial.models.policy import (FAMILIES, VisionOutput, export, load_model, load_policy,
+                                      model_type, policy_class)
+from jaxspatial.models.sampler import (DecodeState, Generation, SamplingConfig, append, decode,
+                                       generate, prefill)
 from jaxspatial.models.precision import Precision, model_options
 from jaxspatial.models.sharding import RULES, logical_init, make_mesh, mesh_axes
 
-__all__ = ["ATTENTION_IMPLEMENTATIONS", "MemoryEstimate", "Precision", "attention", "memory",
+__all__ = ["FAMILIES", "DecodeState", "Generation", "SamplingConfig", "VisionOutput", "append",
+           "decode", "export", "generate", "load_model", "load_policy", "model_type",
+           "policy_class", "prefill", "ATTENTION_IMPLEMENTATIONS", "MemoryEstimate", "Precision", "attention", "memory",
            "model_options", "resolve_attention", "RULES", "TINY", "LoRALinear", "LoRATiedHead",
            "Projector3D", "Projector3DConfig", "Thinker3DPolicy",
            "add_latent_tokens", "alignment_loss", "apply_lora", "expand_output_3d",

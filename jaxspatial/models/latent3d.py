@@ -20,7 +20,6 @@ import jax.numpy as jnp
 from flax import nnx
 
 from jaxspatial.models.projector3d import Projector3D, Projector3DConfig
-from jaxspatial.models.qwen2_5_vl.preprocess import batch_vision_inputs
 
 LATENT_PAD, LATENT_START, LATENT_END = "<|latent_pad|>", "<|latent_start|>", "<|latent_end|>"
 OUTPUT_3D = "<output_3D>"
@@ -103,10 +102,11 @@ class Thinker3DPolicy(nnx.Module):
     """One forward pass: (logits [B, S, V], final hidden states [B, S, C], input
     embeddings [B, S, C] with the vision tokens placed)."""
     model = self.model
-    pixels, grids, sequence_grids = batch_vision_inputs(model.config.vision, images_BxKxHxWx3)
-    embeds = model.embed(tokens_BxS, pixels, grids)
+    pixels, grids, sequence_grids = model.vision_inputs(images_BxKxHxWx3)
+    embeds, residuals = model.decoder_inputs(tokens_BxS, pixels, grids)
     positions = model.position_ids(tokens_BxS, attention_mask_BxS, sequence_grids)
-    hidden = model.language_model.hidden_states(embeds, positions, attention_mask_BxS)
+    hidden = model.language_model.hidden_states(embeds, positions, attention_mask_BxS,
+                                                residuals)
     return model.language_model.logits(hidden), hidden, embeds
 
   def image_embeddings(self, embeds_BxSxC, tokens_BxS, num_images: int):

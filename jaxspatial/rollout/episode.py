@@ -29,10 +29,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxspatial.models.qwen2_5_vl.preprocess import batch_vision_inputs, image_grid
-from jaxspatial.models.qwen2_5_vl.sampler import (DecodeState, append, filter_logits, mark_seen,
+from jaxspatial.models.sampler import (DecodeState, append, filter_logits, mark_seen,
                                                   prefill, repetition_penalty)
-from jaxspatial.models.qwen2_5_vl.sampler import sample_token as sampler_choose
+from jaxspatial.models.sampler import sample_token as sampler_choose
 from jaxspatial.rl.advantages import image_hash
 from jaxspatial.rl.rewards import device_text
 from jaxspatial.rollout.automaton import START, TokenAutomaton, allowed_tokens, token_bytes
@@ -207,12 +206,11 @@ def _decode_turn(model, automaton, config, turn, key, dstate, logits, running, b
 
 def _vision_inputs(model, images_BxHxWx3):
   """Vision inputs of one view per sequence."""
-  return batch_vision_inputs(model.config.vision, images_BxHxWx3[:, None])
+  return model.vision_inputs(images_BxHxWx3[:, None])
 
 
 def image_tokens(model, image_size) -> int:
-  t, h, w = image_grid(model.config.vision, image_size)
-  return t * h * w // model.config.vision.spatial_merge_size ** 2
+  return model.image_tokens(image_size)
 
 
 def _turn_bytes(automaton: TokenAutomaton, tokens_T: Array, count: Array) -> Array:
@@ -333,7 +331,7 @@ def rollout(model, agent, automaton: TokenAutomaton, template: ObservationTempla
   prompt_images, numbers, env_state = jax.vmap(agent.reset)(reset_keys, tasks)
   prompt_images = _prompt_views(prompt_images)
   views = prompt_images.shape[1]
-  pixels, grids, sequence_grids = batch_vision_inputs(model.config.vision, prompt_images)
+  pixels, grids, sequence_grids = model.vision_inputs(prompt_images)
   size = capacity(prompt_length, template, config)
   dstate, logits = prefill(model, prompt_ids_BxL, prompt_mask_BxL, size,
                            jnp.dtype(config.cache_dtype), pixels, grids, sequence_grids)

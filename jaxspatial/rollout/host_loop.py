@@ -14,12 +14,11 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from jaxspatial.models.qwen2_5_vl.sampler import DecodeState, append, prefill
+from jaxspatial.models.sampler import DecodeState, append, prefill
 from jaxspatial.rl.rewards.papers import act3d_reward_text, think3d_reward_text
 from jaxspatial.rollout import agents as agent_lib
 from jaxspatial.rollout import grammars, host_parse
 from jaxspatial.rollout.automaton import token_bytes
-from jaxspatial.models.qwen2_5_vl.preprocess import batch_vision_inputs
 from jaxspatial.rollout.episode import (RolloutConfig, _prompt_views, _vision_inputs, capacity,
                                         check_turn_budget, force, sample_token)
 from jaxspatial.rollout.observation import ObservationTemplate, observation_tokens_host
@@ -28,7 +27,7 @@ from jaxspatial.rollout.parse import ParsedTurn
 
 @nnx.jit(static_argnames=("size", "dtype"))
 def _prefill(model, ids, mask, images, size, dtype):
-  pixels, grids, sequence_grids = batch_vision_inputs(model.config.vision, images)
+  pixels, grids, sequence_grids = model.vision_inputs(images)
   return prefill(model, ids, mask, size, jnp.dtype(dtype), pixels, grids, sequence_grids)
 
 
@@ -168,7 +167,9 @@ def host_rollout(model, agent, tokenizer, template: ObservationTemplate, tasks, 
       loss[:, slot] = writing
       logprobs[:, slot] = logp
       for b in np.nonzero(writing)[0]:
-        text[b] += pieces[token[b]]
+        # ids past the tokenizer's (the model's padded vocabulary) have no text, as the
+        # automaton's tables say
+        text[b] += pieces[token[b]] if token[b] < len(pieces) else b""
         count[b] += 1
         closed = token[b] in eos or any(s in text[b] for s in stops)
         if closed or k + 1 == config.max_turn_tokens:

@@ -42,6 +42,9 @@ class AgentRollout:
     image_tokens = episode.image_tokens(model, agent.image_size)
     automaton = am.compile_token_automaton(agent.grammar, tokenizer,
                                            model.config.text.vocab_size)
+    # At setup, not at the first rollout: a budget below the grammar's shortest turn would
+    # otherwise surface only once the trainer has compiled and sampled.
+    episode.check_turn_budget(agent, config, automaton)
     template = observation.compile_template(tokenizer, agent.observation, image_tokens)
     return cls(agent, tokenizer, automaton, template, config, image_tokens, prompt_tokens)
 

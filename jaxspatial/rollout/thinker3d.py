@@ -45,8 +45,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from jaxspatial.models.qwen2_5_vl.preprocess import batch_vision_inputs
-from jaxspatial.models.qwen2_5_vl.sampler import SamplingConfig, decode, prefill
+from jaxspatial.models.sampler import SamplingConfig, decode, prefill
 from jaxspatial.rl.rewards import device_text
 from jaxspatial.rl.rewards.papers import latent_similarity
 from jaxspatial.rollout.automaton import JSON_WS, START, TokenAutomaton
@@ -226,13 +225,13 @@ def rollout(policy, automaton: TokenAutomaton, prompt_ids_BxL: Array, prompt_mas
   batch, prompt_length = prompt_ids_BxL.shape
   num_images = images_BxKxHxWx3.shape[1]
   start_id = config.latent_tokens[0]
-  pixels, grids, sequence_grids = batch_vision_inputs(model.config.vision, images_BxKxHxWx3)
+  pixels, grids, sequence_grids = model.vision_inputs(images_BxKxHxWx3)
   # The encoder runs once: its tokens go into the prompt and, per image, to the projector.
-  vision = model.visual(pixels, grids)
+  vision = model.encode_images(pixels, grids)
   dstate, logits = prefill(model, prompt_ids_BxL, prompt_mask_BxL,
                            prompt_length + config.max_new_tokens,
                            jnp.dtype(config.cache_dtype), pixels, grids, sequence_grids,
-                           vision_tokens=vision)
+                           vision=vision)
   generation = decode(model, dstate, logits, key, config.sampling)
   tokens_N, lengths = generation.tokens, generation.lengths
 
@@ -252,7 +251,8 @@ def rollout(policy, automaton: TokenAutomaton, prompt_ids_BxL: Array, prompt_mas
   fallback = ~latent_block & fallback_fits
   latents = jnp.where(latent_block[:, None, None], generation.latents,
                       jnp.where(fallback[:, None, None], fallback_BxTxC, 0.0))
-  image_embeds = vision.reshape(batch, num_images, -1, vision.shape[-1])  # in prompt order
+  tokens = vision.tokens_NxC
+  image_embeds = tokens.reshape(batch, num_images, -1, tokens.shape[-1])  # in prompt order
   predicted = policy.project(latents, image_embeds)
   similarity = jax.vmap(lambda p, t: latent_similarity(p, t, config.token_axis_quirk))(
       predicted, features_BxKxFxH)

@@ -1,8 +1,8 @@
 """A tiny random policy and its tokenizer, for tests, benchmarks and CPU demos.
 
 No weights or vocabularies can be downloaded here, so the tokenizer is a byte-level BPE
-trained on the agents' prompts and example turns, with Qwen2.5-VL's special tokens; the
-model is `Qwen25VLConfig.tiny` with its special ids set to the tokenizer's.
+trained on the agents' prompts and example turns, with Qwen's special tokens; the model
+(`model`) is a family's tiny config with its special ids set to the tokenizer's.
 """
 
 from __future__ import annotations
@@ -39,18 +39,27 @@ def tokenizer(vocab_size: int = 700):
   return train_tokenizer(corpus, vocab_size=vocab_size, extra_special_tokens=LATENT_TOKENS)
 
 
-def model_config(tok, base=None):
-  """`Qwen25VLConfig.tiny` (or `base`) with the tokenizer's vocabulary size (rounded up to
-  a multiple of 64) and special token ids."""
-  from jaxspatial.models.qwen2_5_vl.config import Qwen25VLConfig  # pylint: disable=import-outside-toplevel
+def model_config(tok, base=None, family: str = "qwen2_5_vl"):
+  """The family's tiny config (`Qwen25VLConfig.tiny`, `Qwen3VLConfig.tiny`), or `base`,
+  with the tokenizer's vocabulary size (rounded up to a multiple of 64) and special ids."""
+  from jaxspatial.models.policy import policy_class  # pylint: disable=import-outside-toplevel
   vocab = (len(tok) + 63) // 64 * 64
-  config = base or Qwen25VLConfig.tiny(vocab)
+  config = base or policy_class(family).config_class.tiny(vocab)
   text = dataclasses.replace(config.text, vocab_size=vocab)
   ids = tok.convert_tokens_to_ids
   return dataclasses.replace(config, text=text, image_token_id=ids("<|image_pad|>"),
                              video_token_id=ids("<|video_pad|>"),
                              vision_start_token_id=ids("<|vision_start|>"),
                              vision_end_token_id=ids("<|vision_end|>"))
+
+
+def model(tok, family: str = "qwen2_5_vl", seed: int = 0, **options):
+  """A tiny random policy of `family` for the tokenizer (`options`: the model class's
+  dtype, param_dtype, attention, remat)."""
+  from flax import nnx  # pylint: disable=import-outside-toplevel
+  from jaxspatial.models.policy import policy_class  # pylint: disable=import-outside-toplevel
+  return policy_class(family)(model_config(tok, family=family), rngs=nnx.Rngs(seed),
+                              **options)
 
 
 MOVES = (("turn_left", 60), ("forward", 1.5), ("turn_right", 30), ("up", None), ("left", 1.2),

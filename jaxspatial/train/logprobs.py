@@ -6,7 +6,6 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from jaxspatial.models.qwen2_5_vl.preprocess import batch_vision_inputs
 
 Array = jax.Array
 
@@ -17,8 +16,7 @@ def token_logprobs(model, tokens_BxS: Array, attention_mask_BxS: Array,
   """[B, S] log p(token_j | tokens_<j) (0 at j = 0) at `temperature` (as the rollout
   sampled), and the entropy of each position's distribution when asked."""
   if images_BxKxHxWx3 is not None:
-    pixels, grids, sequence_grids = batch_vision_inputs(model.config.vision,
-                                                        images_BxKxHxWx3)
+    pixels, grids, sequence_grids = model.vision_inputs(images_BxKxHxWx3)
     logits = model(tokens_BxS, attention_mask_BxS, pixels, grids, sequence_grids)
   else:
     logits = model(tokens_BxS, attention_mask_BxS)

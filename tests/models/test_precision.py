@@ -9,7 +9,7 @@ from flax import nnx
 from jaxspatial.models.attention import attention, einsum_attention, resolve
 from jaxspatial.models.precision import Precision
 from jaxspatial.models.qwen2_5_vl import Qwen25VL
-from jaxspatial.models.qwen2_5_vl.sampler import SamplingConfig, generate
+from jaxspatial.models.sampler import SamplingConfig, generate
 from jaxspatial.train import TrainBatch, token_logprobs
 
 torch = pytest.importorskip("torch")

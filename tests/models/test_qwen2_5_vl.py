@@ -190,7 +190,7 @@ def test_export_reloads_identically_and_transformers_reads_it(checkpoint, tmp_pa
 def test_greedy_generation_matches_transformers_generate(checkpoint):
   import jax
   from jaxspatial.models.qwen2_5_vl import Qwen25VL
-  from jaxspatial.models.qwen2_5_vl.sampler import SamplingConfig, generate
+  from jaxspatial.models.sampler import SamplingConfig, generate
   reference, folder = checkpoint
   ours = Qwen25VL.from_pretrained(folder)
   config = SamplingConfig(max_new_tokens=32, stop_tokens=(2,), pad_token=0)
@@ -218,7 +218,7 @@ def test_greedy_generation_matches_transformers_generate(checkpoint):
 def test_sampling_logprobs_match_a_full_forward_and_filters():
   import jax
   from jaxspatial.models.qwen2_5_vl import Qwen25VL, text_position_ids
-  from jaxspatial.models.qwen2_5_vl.sampler import SamplingConfig, filter_logits, generate
+  from jaxspatial.models.sampler import SamplingConfig, filter_logits, generate
   config = Qwen25VLConfig.from_hf(tiny_hf_config().to_dict())
   model = Qwen25VL(config, rngs=nnx.Rngs(0))
   prompt = jnp.asarray(np.random.default_rng(4).integers(3, 240, (2, 5)))
@@ -244,7 +244,7 @@ def test_sampling_logprobs_match_a_full_forward_and_filters():
 
 def test_append_an_observation_segment_equals_a_full_forward(checkpoint):
   from jaxspatial.models.qwen2_5_vl import Qwen25VL
-  from jaxspatial.models.qwen2_5_vl.sampler import append, prefill
+  from jaxspatial.models.sampler import append, prefill
   _, folder = checkpoint
   model = Qwen25VL.from_pretrained(folder)
   image = 250
@@ -309,7 +309,7 @@ def test_tiny_config_size():
 def test_latent_mode_feeds_hidden_states_back_under_jit():
   import jax
   from jaxspatial.models.qwen2_5_vl import Qwen25VL
-  from jaxspatial.models.qwen2_5_vl.sampler import DecodeState, SamplingConfig, decode, prefill
+  from jaxspatial.models.sampler import DecodeState, SamplingConfig, decode, prefill
   config = Qwen25VLConfig.tiny()
   model = Qwen25VL(config, rngs=nnx.Rngs(0))
   start, pad, end = 500, 501, 502

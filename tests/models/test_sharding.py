@@ -1,4 +1,5 @@
-"""With 8 fake CPU devices, the sharded Qwen2.5-VL forward equals the unsharded one.
+"""With 8 fake CPU devices, the sharded Qwen2.5-VL and Qwen3-VL forwards equal the
+unsharded ones; checkpoints load onto the mesh as every parameter declares.
 
 Runs in its own process: the device count is fixed when JAX starts.
 """
@@ -98,6 +99,40 @@ with jax.set_mesh(mesh):
   got = forward(loaded, *args, sequence_grids)
 np.testing.assert_allclose(np.asarray(got), np.asarray(expected), atol=1e-5, rtol=1e-5)
 print("checkpoint loaded onto the mesh")
+
+# Qwen3-VL (QK-norm, DeepStack residuals, learned vision positions) shards the same way:
+# its sharded forward with images equals the unsharded one, and its checkpoint loads onto
+# the mesh with every parameter as it declares.
+import dataclasses
+from jaxspatial.models import export
+from jaxspatial.models.qwen3_vl import Qwen3VL, Qwen3VLConfig
+config3 = Qwen3VLConfig.tiny(256)
+config3 = dataclasses.replace(config3, text=dataclasses.replace(config3.text,
+                                                                tie_word_embeddings=False))
+plain3 = Qwen3VL(config3, rngs=nnx.Rngs(0))
+image3 = config3.image_token_id
+ids3 = np.array([[5, 6] + [image3] * 6 + [7, 8, 9, 10]] * 4)
+mask3 = np.ones_like(ids3)
+mask3[1, :2] = 0
+pixels3 = rng.normal(size=(4 * 24, config3.vision.patch_dim)).astype(np.float32)
+args3 = (jnp.asarray(ids3), jnp.asarray(mask3), jnp.asarray(pixels3))
+expected3 = plain3(*args3, grids, sequence_grids)
+folder3 = tempfile.mkdtemp()
+export(plain3, folder3)
+with jax.set_mesh(mesh):
+  loaded3 = Qwen3VL.from_pretrained(folder3)
+  want3 = nnx.to_pure_dict(nnx.state(Qwen3VL(config3, rngs=nnx.Rngs(3)), nnx.Param))
+  got3 = nnx.jit(lambda m, i, a, p, s: m(i, a, p, grids, s))(loaded3, *args3, sequence_grids)
+got_state3 = nnx.to_pure_dict(nnx.state(loaded3, nnx.Param))
+mismatch = [(a.sharding.spec, b.sharding.spec) for a, b in zip(jax.tree.leaves(got_state3),
+            jax.tree.leaves(want3)) if a.sharding.spec != b.sharding.spec]
+assert not mismatch, mismatch[:3]
+layer = loaded3.language_model.layers[0]
+assert layer.mlp.gate_proj.kernel[...].sharding.spec == P("fsdp", "tensor")
+assert layer.self_attn.q_proj.kernel[...].sharding.spec == P("fsdp", "tensor")
+np.testing.assert_allclose(np.asarray(got3), np.asarray(expected3), atol=1e-5, rtol=1e-5)
+print("qwen3-vl sharded forward equals unsharded, max diff",
+      float(jnp.abs(got3 - expected3).max()))
 """
 
 
@@ -113,6 +148,7 @@ def test_sharded_forward_equals_unsharded():
   assert "sharded projector equals unsharded" in result.stdout
   assert "lora adapters sharded like their kernels" in result.stdout
   assert "checkpoint loaded onto the mesh" in result.stdout
+  assert "qwen3-vl sharded forward equals unsharded" in result.stdout
 
 
 def test_rules():

@@ -9,13 +9,11 @@ tests/train/test_grpo.py)."""
 import json
 
 import pytest
-from flax import nnx
 
 from configs import think3d_rl
 from data_pipelines.builders import SyntheticSpatial
 from data_pipelines.loader import task_batches
-from jaxspatial.models.qwen2_5_vl.export import save_pretrained
-from jaxspatial.models.qwen2_5_vl.model import Qwen25VL
+from jaxspatial.models import export
 from jaxspatial.models.qwen2_5_vl.tokenizer import save_processor
 from jaxspatial.rollout import tiny
 from jaxspatial.train import read_jsonl
@@ -40,10 +38,12 @@ def _small(config, workdir, data_dir):
 
 def test_think3d_recipe_from_a_pretrained_folder_trains_evaluates_and_resumes(tmp_path,
                                                                                 data_dir):
+  # A Qwen3-VL folder, the paper's family: config.json's model_type picks it.
   tok = tiny.tokenizer()
   folder = tmp_path / "policy"
-  save_pretrained(Qwen25VL(tiny.model_config(tok), rngs=nnx.Rngs(0)), folder)
-  save_processor(folder, tok)
+  model = tiny.model(tok, "qwen3_vl")
+  export(model, folder)
+  save_processor(folder, tok, model)
   config = _small(think3d_rl.get_config("cpu"), tmp_path / "run", data_dir)
   config.model.checkpoint = str(folder)
   config.sft.update(steps=2, batch=8)

@@ -14,7 +14,7 @@ import pytest
 from flax import nnx
 
 from jaxspatial.models.qwen2_5_vl.model import Qwen25VL
-from jaxspatial.models.qwen2_5_vl.sampler import prefill
+from jaxspatial.models.sampler import prefill
 from jaxspatial.rollout import automaton as am
 from jaxspatial.rollout import episode, grammars, host_parse, tiny
 from tests.rollout import turn_strings

@@ -62,6 +62,38 @@ def test_greedy_compiled_rollout_equals_the_host_reference(setup):
   np.testing.assert_allclose(traj.reward, ref["reward"], atol=1e-6)
 
 
+def test_a_qwen3_vl_policy_rollout_equals_the_host_reference():
+  """The rollout is written against the policy interface: a Qwen3-VL policy (DeepStack
+  features added inside the decoder at every observation's image tokens) runs the same
+  compiled episodes as the host loop, token for token. Forced first turns take the
+  episodes into multi-turn play; later turns are sampled."""
+  tok = tiny.tokenizer()
+  model = tiny.model(tok, "qwen3_vl", seed=1)
+  automaton = am.compile_token_automaton(AGENT.grammar, tok, model.config.text.vocab_size)
+  n_image = episode.image_tokens(model, AGENT.image_size)
+  template = observation.compile_template(tok, AGENT.observation, n_image)
+  tasks, questions = episodes.act3d_tasks(BATCH, seed=4)
+  ids, mask = episodes.act3d_prompts(tok, questions, n_image)
+  config = _config(tok, temperature=1.0)
+  scripts = [[_call("turn_left", 60), _call("forward")], [_call("up"), None],
+             [_call("turn_right", 30)], [None]]
+  forced = episode.forced_tokens(tok, scripts, config)
+  key = jax.random.PRNGKey(8)
+  run = episode.compile_rollout(AGENT, template, config)
+  traj = jax.device_get(run(model, automaton, tasks, jnp.asarray(ids), jnp.asarray(mask), key,
+                            jnp.asarray(forced)))
+  ref = host_loop.host_rollout(model, AGENT, tok, template, tasks, ids, mask, key, config,
+                               forced)
+  assert traj.turn_active.sum() >= 6  # observations (with DeepStack residuals) appended
+  np.testing.assert_array_equal(traj.attention_mask, ref["attention_mask"])
+  np.testing.assert_array_equal(np.where(traj.attention_mask, traj.tokens, -1),
+                                np.where(ref["attention_mask"], ref["tokens"], -1))
+  np.testing.assert_allclose(traj.logprobs, ref["logprobs"], atol=1e-4)
+  for name in ("turn_length", "turn_valid", "turn_answer", "action_values", "action_present"):
+    np.testing.assert_array_equal(getattr(traj, name), ref[name], err_msg=name)
+  np.testing.assert_allclose(traj.reward, ref["reward"], atol=1e-6)
+
+
 def _call(action, distance=None):
   args = f'"action": "{action}"' + ("" if distance is None else f', "distance": {distance}')
   return ('<think>move</think><tool_call>{"name": "render_view_tool", "arguments": {' + args
@@ -395,7 +427,7 @@ def test_repetition_penalty_equals_transformers_and_logprobs_follow_it(setup):
   import torch
   from transformers.generation.logits_process import RepetitionPenaltyLogitsProcessor
 
-  from jaxspatial.models.qwen2_5_vl import sampler
+  from jaxspatial.models import sampler
   rng = np.random.default_rng(0)
   logits = rng.normal(0, 3, (3, 50)).astype(np.float32)
   context = rng.integers(0, 50, (3, 12))

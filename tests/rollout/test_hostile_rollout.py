@@ -13,12 +13,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 
 from jaxspatial.envs import act3d
+from jaxspatial.models.qwen2_5_vl.model import Qwen25VL
 from jaxspatial.rl.rewards import text as text_rules
 from jaxspatial.rollout import agents, episode, grammars, host_parse
 from jaxspatial.rollout import automaton as am
 from jaxspatial.rollout import thinker3d as rollout3d
+from jaxspatial.rollout import tiny
+from jaxspatial.rollout.runner import AgentRollout
 from tests.rollout.conftest import LATENT_TOKENS
 
 AGENT = agents.Act3DAgent(act3d.Act3DParams(width=32, height=24, max_interactions=2))
@@ -114,6 +118,19 @@ def test_a_constrained_budget_below_the_shortest_turn_is_refused(act3d_automaton
   # Parse-only decoding samples unmasked logits: no NaN, and no refusal.
   episode.check_turn_budget(AGENT, dataclasses.replace(config, constrained=False),
                             act3d_automaton)
+
+
+def test_agent_rollout_refuses_a_short_budget_at_setup(tokenizer, act3d_automaton):
+  # The trainer builds its AgentRollout before compiling anything: the refusal must come
+  # there, not at the first rollout after minutes of compilation.
+  model = Qwen25VL(tiny.model_config(tokenizer), rngs=nnx.Rngs(0))
+  shortest = am.min_turn_tokens(act3d_automaton)
+  with pytest.raises(ValueError, match=rf"max_turn_tokens must be at least {shortest}"):
+    AgentRollout.create(AGENT, tokenizer, model, max_turns=3, max_turn_tokens=shortest - 1,
+                        constrained=True)
+  run = AgentRollout.create(AGENT, tokenizer, model, max_turns=3, max_turn_tokens=shortest,
+                            constrained=True)
+  assert run.config.max_turn_tokens == shortest
 
 
 def _config_mutations(rng, shortest, vocab):

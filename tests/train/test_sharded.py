@@ -1,5 +1,8 @@
 """8 fake CPU devices in their own process: sharded SFT and GRPO steps equal single-device
-steps (loss and parameters within 1e-5); checkpoints restore onto a different mesh."""
+steps (loss and parameters within 1e-5); checkpoints restore onto a different mesh.
+
+In `make train-checks` (3.5 minutes on 2 cores, beyond `make test`'s budget);
+tests/models/test_sharding.py keeps the 8-device forward passes in `make test`."""
 
 import os
 import pathlib
@@ -10,6 +13,7 @@ import pytest
 
 
 @pytest.mark.multidevice
+@pytest.mark.recipe_checks
 def test_sharded_steps_and_checkpoint_restore_on_another_mesh():
   env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
              JAX_PLATFORMS="cpu")

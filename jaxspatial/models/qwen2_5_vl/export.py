@@ -120,7 +120,12 @@ def _fsync(path: pathlib.Path, directory: bool = False) -> None:
 
 def save_pretrained(model, folder) -> pathlib.Path:
   """Writes config.json and model.safetensors so that `from_pretrained` (ours and
-  transformers') loads exactly this model.
+  transformers') loads exactly this model (see `write_folder`)."""
+  return write_folder(folder, _config_dict(model), state_dict(model))
+
+
+def write_folder(folder, config: dict, tensors: dict[str, np.ndarray]) -> pathlib.Path:
+  """Writes `config` as config.json and `tensors` as model.safetensors: any family's export.
 
   Both are written to hidden temporary siblings first (normal permissions: 0666 less the
   umask). Then config.json is removed, a stale index and its shards (`stale_files`) are
@@ -130,8 +135,6 @@ def save_pretrained(model, folder) -> pathlib.Path:
   from safetensors.numpy import save_file  # pylint: disable=import-outside-toplevel
   folder = pathlib.Path(folder)
   folder.mkdir(parents=True, exist_ok=True)
-  config = _config_dict(model)
-  tensors = state_dict(model)
   temporary = []
   try:
     weights = _temporary(folder, SINGLE)

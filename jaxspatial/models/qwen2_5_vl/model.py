@@ -6,8 +6,10 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from jaxspatial.models.policy import VisionOutput
 from jaxspatial.models.qwen2_5_vl.config import Qwen25VLConfig
 from jaxspatial.models.qwen2_5_vl.hf_params import check_checkpoint, load_text_weights
+from jaxspatial.models.qwen2_5_vl.preprocess import batch_vision_inputs, image_grid
 from jaxspatial.models.qwen2_5_vl.rope import rope_index, text_position_ids
 from jaxspatial.models.qwen2_5_vl.text import TextModel
 from jaxspatial.models.qwen2_5_vl.vision import Grids, VisionModel, load_vision_weights
@@ -19,7 +21,11 @@ class Qwen25VL(nnx.Module):
   """`dtype`: the computation's; `param_dtype`: the parameters' (float32 master weights for
   training); `attention`: see `jaxspatial.models.attention` ("auto": cuDNN flash attention
   on GPU in bf16); `remat`: recompute each decoder layer and vision block in the backward
-  pass (activation memory of one layer instead of all)."""
+  pass (activation memory of one layer instead of all). Implements the policy interface
+  (`jaxspatial.models.policy`)."""
+
+  family = "qwen2_5_vl"
+  config_class = Qwen25VLConfig
 
   def __init__(self, config: Qwen25VLConfig, *, rngs: nnx.Rngs, dtype=jnp.float32,
                param_dtype=jnp.float32, attention: str = "auto", remat: bool = False):
@@ -54,15 +60,36 @@ class Qwen25VL(nnx.Module):
     load_vision_weights(model.visual, folder)
     return model
 
+  def vision_inputs(self, images_BxKxHxWx3: Array):
+    """(pixel values, static grids, per-sequence grids [B, K, 3]) of same-sized views."""
+    return batch_vision_inputs(self.config.vision, images_BxKxHxWx3)
+
+  def image_grid(self, image_size) -> tuple[int, int, int]:
+    return image_grid(self.config.vision, image_size)
+
+  def image_tokens(self, image_size) -> int:
+    """Decoder tokens of one image of `image_size` (H, W)."""
+    t, h, w = self.image_grid(image_size)
+    return t * h * w // self.config.vision.spatial_merge_size ** 2
+
+  def encode_images(self, pixel_values: Array, grids: Grids) -> VisionOutput:
+    """The vision tokens [N, C] of the images, in order (no DeepStack)."""
+    return VisionOutput(self.visual(pixel_values, grids))
+
+  def decoder_inputs(self, input_ids_BxL: Array, pixel_values: Array | None = None,
+                     grids: Grids = (), vision: VisionOutput | None = None):
+    """(embeddings, None): Qwen2.5-VL adds nothing inside the decoder."""
+    return self.embed(input_ids_BxL, pixel_values, grids, vision), None
+
   def embed(self, input_ids_BxL: Array, pixel_values: Array | None = None,
-            grids: Grids = (), vision_tokens: Array | None = None) -> Array:
+            grids: Grids = (), vision: VisionOutput | None = None) -> Array:
     """Token embeddings with the vision tokens written, in order, at the image tokens.
-    `vision_tokens` (the encoder's output for these grids) skips running the encoder."""
+    `vision` (`encode_images`' output for these grids) skips running the encoder."""
     embeds = self.language_model.embed_tokens(input_ids_BxL)
     if not grids:
       return embeds
-    vision = (self.visual(pixel_values, grids) if vision_tokens is None
-              else vision_tokens).astype(embeds.dtype)
+    vision = (self.encode_images(pixel_values, grids) if vision is None
+              else vision).tokens_NxC.astype(embeds.dtype)
     is_image = input_ids_BxL == self.config.image_token_id
     index = jnp.cumsum(is_image.reshape(-1)).reshape(is_image.shape) - 1
     placed = vision[jnp.clip(index, 0, vision.shape[0] - 1)]

@@ -118,6 +118,12 @@ def remat_call(module: nnx.Module, fn, x: Array) -> Array:
   return y
 
 
+def _no_residuals(residuals) -> None:
+  if residuals is not None:
+    raise ValueError("Qwen2.5-VL's decoder takes no residuals (those are DeepStack "
+                     "features of Qwen3-VL)")
+
+
 def tied_logits(embed: nnx.Embed, hidden_BxLxC: Array) -> Array:
   """h E^T for a tied head, in the embedding's computation dtype, accumulated in float32."""
   table = embed.embedding[...]
@@ -148,8 +154,10 @@ class TextModel(nnx.Module):
         param_dtype=param_dtype, rngs=rngs)
 
   def hidden_states(self, inputs_embeds_BxLxC: Array, position_ids_3xBxL: Array,
-                    attention_mask_BxL: Array) -> Array:
-    """Final-norm hidden states [B, L, C] with causal and padding masks."""
+                    attention_mask_BxL: Array, residuals=None) -> Array:
+    """Final-norm hidden states [B, L, C] with causal and padding masks. `residuals`:
+    the policy interface's decoder additions, which Qwen2.5-VL has none of."""
+    _no_residuals(residuals)
     c = self.config
     length = inputs_embeds_BxLxC.shape[1]
     causal = jnp.tril(jnp.ones((length, length), bool))
@@ -170,12 +178,13 @@ class TextModel(nnx.Module):
     return [(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)) for _ in self.layers]
 
   def extend(self, inputs_embeds_BxLxC: Array, position_ids_3xBxL: Array,
-             cache_valid_BxS: Array, cache: list, index: Array):
+             cache_valid_BxS: Array, cache: list, index: Array, residuals=None):
     """Appends L positions at cache slot `index` and returns (hidden [B, L, C], cache).
 
     `cache_valid_BxS` marks the cache slots that hold real tokens once this segment is
     written (padding stays invalid); each new token attends to valid slots up to its own.
     """
+    _no_residuals(residuals)
     c = self.config
     length = inputs_embeds_BxLxC.shape[1]
     slots = jnp.arange(cache_valid_BxS.shape[1])

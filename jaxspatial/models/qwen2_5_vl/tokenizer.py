@@ -62,11 +62,20 @@ class Processor:
     return {**dict(encoded), **features}
 
 
-def save_processor(folder, tokenizer) -> pathlib.Path:
-  """Writes the tokenizer and a Qwen2-VL image processor config to `folder`."""
+def save_processor(folder, tokenizer, model=None) -> pathlib.Path:
+  """Writes the tokenizer and the image processor config of `model`'s family (default:
+  Qwen2.5-VL's) to `folder`: patch, merge and temporal sizes, pixel bounds, mean and std."""
   import transformers  # pylint: disable=import-outside-toplevel
   tokenizer.save_pretrained(folder)
-  transformers.Qwen2VLImageProcessorPil().save_pretrained(folder)
+  settings = {}
+  if getattr(type(model), "family", "qwen2_5_vl") == "qwen3_vl":
+    from jaxspatial.models.qwen3_vl import preprocess  # pylint: disable=import-outside-toplevel
+    v = model.config.vision
+    settings = dict(patch_size=v.patch_size, merge_size=v.spatial_merge_size,
+                    temporal_patch_size=v.temporal_patch_size,
+                    image_mean=list(preprocess.MEAN), image_std=list(preprocess.STD),
+                    size={"shortest_edge": v.min_pixels, "longest_edge": v.max_pixels})
+  transformers.Qwen2VLImageProcessorPil(**settings).save_pretrained(folder)
   return pathlib.Path(folder)
 
 

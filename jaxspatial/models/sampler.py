@@ -3,6 +3,9 @@
 stop tokens; `append` writes further segments (observations with images) into the cache
 at the right positions. Prompts are left-padded so that every sequence's last prompt
 token sits in the same cache slot.
+
+Written against the policy interface (`jaxspatial.models.policy`): any family's model, its
+cache a per-layer pytree the family's decoder defines.
 """
 
 from __future__ import annotations
@@ -94,7 +97,7 @@ def sample_token(logits_BxV: Array, key: Array, temperature: float, top_k: int =
 @struct.dataclass
 class DecodeState:
   """A KV cache and where the next segment goes."""
-  cache: list          # per layer (k, v) [B, S, KV, D]
+  cache: list          # per layer, the family's pytree (attention: (k, v) [B, S, KV, D])
   valid: Array         # [B, S] slots holding real tokens
   next_slot: Array     # [] int32, the first free slot (shared: prompts are left-padded)
   next_position: Array  # [B] int32, the M-RoPE position the next text token takes
@@ -104,10 +107,10 @@ class DecodeState:
 
 def prefill(model, input_ids_BxL: Array, attention_mask_BxL: Array, capacity: int,
             cache_dtype=jnp.float32, pixel_values: Array | None = None, grids=(),
-            sequence_grids_BxKx3: Array | None = None, vision_tokens: Array | None = None):
+            sequence_grids_BxKx3: Array | None = None, vision=None):
   """Writes a left-padded prompt into a fresh cache of `capacity` slots.
-  Returns (state, logits of the last prompt position [B, V]). `vision_tokens`: the vision
-  encoder's output when the caller has it already (see `Qwen25VL.embed`)."""
+  Returns (state, logits of the last prompt position [B, V]). `vision`: the vision
+  encoder's output (`model.encode_images`) when the caller has it already."""
   batch, length = input_ids_BxL.shape
   if capacity < length:
     raise ValueError(f"prefill: capacity {capacity} is smaller than the prompt ({length})")
@@ -118,19 +121,19 @@ def prefill(model, input_ids_BxL: Array, attention_mask_BxL: Array, capacity: in
                       last_hidden=jnp.zeros((batch, model.config.text.hidden_size), jnp.float32),
                       last_token=jnp.full(batch, -1, jnp.int32))
   state, logits = append(model, state, input_ids_BxL, attention_mask_BxL, pixel_values, grids,
-                         sequence_grids_BxKx3, vision_tokens)
+                         sequence_grids_BxKx3, vision)
   return state, logits[:, -1]
 
 
 def append(model, state: DecodeState, input_ids_BxT: Array, attention_mask_BxT: Array,
            pixel_values: Array | None = None, grids=(),
-           sequence_grids_BxKx3: Array | None = None, vision_tokens: Array | None = None):
+           sequence_grids_BxKx3: Array | None = None, vision=None):
   """Writes a segment (text, with images where `grids` says) after what the cache holds,
   at the right M-RoPE positions. Returns (state, logits [B, T, V]).
 
   Multi-turn rollouts append each observation this way (its tokens get loss mask 0)."""
   text = model.language_model
-  embeds = model.embed(input_ids_BxT, pixel_values, grids, vision_tokens)
+  embeds, residuals = model.decoder_inputs(input_ids_BxT, pixel_values, grids, vision)
   relative = model.position_ids(input_ids_BxT, attention_mask_BxT,
                                 sequence_grids_BxKx3 if grids else None)
   real = attention_mask_BxT.astype(bool)
@@ -139,7 +142,8 @@ def append(model, state: DecodeState, input_ids_BxT: Array, attention_mask_BxT: 
   positions = relative + state.next_position[None, :, None]
   length = input_ids_BxT.shape[1]
   valid = jax.lax.dynamic_update_slice(state.valid, real, (0, state.next_slot))
-  hidden, cache = text.extend(embeds, positions, valid, state.cache, state.next_slot)
+  hidden, cache = text.extend(embeds, positions, valid, state.cache, state.next_slot,
+                              residuals)
   next_position = jnp.where(jnp.any(real, -1),
                             jnp.max(jnp.where(real[None], positions, -1), axis=(0, 2)) + 1,
                             state.next_position)
