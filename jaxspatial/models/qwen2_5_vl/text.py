@@ -118,10 +118,12 @@ def remat_call(module: nnx.Module, fn, x: Array) -> Array:
   return y
 
 
-def _no_residuals(residuals) -> None:
-  if residuals is not None:
-    raise ValueError("Qwen2.5-VL's decoder takes no residuals (those are DeepStack "
-                     "features of Qwen3-VL)")
+def add_residual(x_BxLxC: Array, residuals, layer: int) -> Array:
+  """x plus residual `layer` [K, B, L, C] where there is one (layers past K get none): the
+  policy interface's decoder additions (Qwen3-VL's DeepStack features)."""
+  if residuals is None or layer >= residuals.shape[0]:
+    return x_BxLxC
+  return x_BxLxC + residuals[layer].astype(x_BxLxC.dtype)
 
 
 def tied_logits(embed: nnx.Embed, hidden_BxLxC: Array) -> Array:
@@ -133,7 +135,10 @@ def tied_logits(embed: nnx.Embed, hidden_BxLxC: Array) -> Array:
 
 
 class TextModel(nnx.Module):
-  """Embeddings, decoder layers, final norm and the LM head."""
+  """Embeddings, decoder layers, final norm and the LM head. Families with the same
+  skeleton (Qwen3-VL) subclass it with their own `decoder_layer` and `rotary`."""
+
+  decoder_layer = DecoderLayer
 
   def __init__(self, config: TextConfig, *, rngs: nnx.Rngs, dtype=jnp.float32,
                param_dtype=jnp.float32, attention: str = "auto", remat: bool = False):
@@ -145,8 +150,9 @@ class TextModel(nnx.Module):
         embedding_init=logical_init(nnx.initializers.variance_scaling(1.0, "fan_in", "normal",
                                                                       out_axis=0),
                                     ("vocab", "embed")))
-    self.layers = nnx.List([DecoderLayer(config, rngs=rngs, dtype=dtype,
-                                         param_dtype=param_dtype, attention=attention)
+    self.layers = nnx.List([type(self).decoder_layer(config, rngs=rngs, dtype=dtype,
+                                                     param_dtype=param_dtype,
+                                                     attention=attention)
                             for _ in range(config.num_hidden_layers)])
     self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, param_dtype=param_dtype)
     self.lm_head = None if config.tie_word_embeddings else linear(
@@ -155,21 +161,25 @@ class TextModel(nnx.Module):
 
   def hidden_states(self, inputs_embeds_BxLxC: Array, position_ids_3xBxL: Array,
                     attention_mask_BxL: Array, residuals=None) -> Array:
-    """Final-norm hidden states [B, L, C] with causal and padding masks. `residuals`:
-    the policy interface's decoder additions, which Qwen2.5-VL has none of."""
-    _no_residuals(residuals)
-    c = self.config
+    """Final-norm hidden states [B, L, C] with causal and padding masks. `residuals`
+    [K, B, L, C] (or None) are added after layers 0 .. K-1 (`add_residual`)."""
     length = inputs_embeds_BxLxC.shape[1]
     causal = jnp.tril(jnp.ones((length, length), bool))
     mask = causal[None] & attention_mask_BxL.astype(bool)[:, None, :]
-    cos, sin = mrope_cos_sin(position_ids_3xBxL, c.head_dim, c.rope_theta, c.mrope_section)
+    cos, sin = self.rotary(position_ids_3xBxL)
     x = inputs_embeds_BxLxC
-    for layer in self.layers:
+    for i, layer in enumerate(self.layers):
       if self.remat:  # activations inside the layer are recomputed for the gradient
         x = remat_call(layer, lambda layer, x: layer(x, cos, sin, mask)[0], x)
       else:
         x, _ = layer(x, cos, sin, mask)
+      x = add_residual(x, residuals, i)
     return self.norm(x)
+
+  def rotary(self, position_ids_3xBxL: Array) -> tuple[Array, Array]:
+    """cos, sin [B, L, head_dim] of the positions (Qwen2.5-VL's sectioned M-RoPE)."""
+    c = self.config
+    return mrope_cos_sin(position_ids_3xBxL, c.head_dim, c.rope_theta, c.mrope_section)
 
   def init_cache(self, batch: int, length: int, dtype=jnp.float32) -> list[tuple[Array, Array]]:
     """Zeroed (k, v) caches [B, S, KV, D] per layer; the cache dtype is a choice."""
@@ -183,18 +193,18 @@ class TextModel(nnx.Module):
 
     `cache_valid_BxS` marks the cache slots that hold real tokens once this segment is
     written (padding stays invalid); each new token attends to valid slots up to its own.
+    `residuals` [K, B, L, C]: this segment's decoder additions (see `hidden_states`).
     """
-    _no_residuals(residuals)
-    c = self.config
     length = inputs_embeds_BxLxC.shape[1]
     slots = jnp.arange(cache_valid_BxS.shape[1])
     query_slot = index + jnp.arange(length)
     mask = (slots[None, :] <= query_slot[:, None])[None] & cache_valid_BxS.astype(bool)[:, None]
-    cos, sin = mrope_cos_sin(position_ids_3xBxL, c.head_dim, c.rope_theta, c.mrope_section)
+    cos, sin = self.rotary(position_ids_3xBxL)
     x = inputs_embeds_BxLxC
     new_cache = []
-    for layer, layer_cache in zip(self.layers, cache):
+    for i, (layer, layer_cache) in enumerate(zip(self.layers, cache)):
       x, layer_cache = layer(x, cos, sin, mask, layer_cache, index)
+      x = add_residual(x, residuals, i)
       new_cache.append(layer_cache)
     return self.norm(x), new_cache
 
@@ -210,7 +220,7 @@ class TextModel(nnx.Module):
     return self.lm_head(hidden_BxLxC).astype(jnp.float32)  # an adapter (LoRA)
 
   def __call__(self, input_ids_BxL: Array, position_ids_3xBxL: Array,
-               attention_mask_BxL: Array) -> Array:
+               attention_mask_BxL: Array, residuals=None) -> Array:
     hidden = self.hidden_states(self.embed_tokens(input_ids_BxL), position_ids_3xBxL,
-                                attention_mask_BxL)
+                                attention_mask_BxL, residuals)
     return self.logits(hidden)

@@ -11,14 +11,13 @@ positions. Numerics and attention paths as in `jaxspatial.models.qwen2_5_vl.text
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
 from flax import nnx
 
 from jaxspatial.models.attention import attention, check_implementation
-from jaxspatial.models.qwen2_5_vl.text import RMSNorm, linear, remat_call, tied_logits
+from jaxspatial.models.qwen2_5_vl import text as base
+from jaxspatial.models.qwen2_5_vl.text import RMSNorm, linear
 from jaxspatial.models.qwen3_vl.config import TextConfig
 from jaxspatial.models.qwen3_vl.rope import apply_rotary, mrope_cos_sin
-from jaxspatial.models.sharding import logical_init
 
 Array = jax.Array
 
@@ -86,96 +85,13 @@ class DecoderLayer(nnx.Module):
     return x + self.mlp(self.post_attention_layernorm(x)), cache
 
 
-def _add_residual(x_BxLxC: Array, residuals, layer: int) -> Array:
-  """x plus DeepStack residual `layer` where there is one (layers past K get none)."""
-  if residuals is None or layer >= residuals.shape[0]:
-    return x_BxLxC
-  return x_BxLxC + residuals[layer].astype(x_BxLxC.dtype)
+class TextModel(base.TextModel):
+  """Embeddings, Qwen3 decoder layers, final norm and the LM head; the loop, cache, DeepStack
+  residuals and logits are the shared decoder's (`qwen2_5_vl.text.TextModel`)."""
 
+  decoder_layer = DecoderLayer
 
-class TextModel(nnx.Module):
-  """Embeddings, decoder layers, final norm and the LM head."""
-
-  def __init__(self, config: TextConfig, *, rngs: nnx.Rngs, dtype=jnp.float32,
-               param_dtype=jnp.float32, attention: str = "auto", remat: bool = False):
-    config.check()
-    self.config = config
-    self.remat = remat
-    self.embed_tokens = nnx.Embed(
-        config.vocab_size, config.hidden_size, dtype=dtype, param_dtype=param_dtype, rngs=rngs,
-        embedding_init=logical_init(nnx.initializers.variance_scaling(1.0, "fan_in", "normal",
-                                                                      out_axis=0),
-                                    ("vocab", "embed")))
-    self.layers = nnx.List([DecoderLayer(config, rngs=rngs, dtype=dtype,
-                                         param_dtype=param_dtype, attention=attention)
-                            for _ in range(config.num_hidden_layers)])
-    self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, param_dtype=param_dtype)
-    self.lm_head = None if config.tie_word_embeddings else linear(
-        config.hidden_size, config.vocab_size, ("embed", "vocab"), use_bias=False, dtype=dtype,
-        param_dtype=param_dtype, rngs=rngs)
-
-  def _cos_sin(self, position_ids_3xBxL: Array):
+  def rotary(self, position_ids_3xBxL: Array) -> tuple[Array, Array]:
+    """cos, sin of Qwen3-VL's interleaved M-RoPE."""
     c = self.config
     return mrope_cos_sin(position_ids_3xBxL, c.head_dim, c.rope_theta, c.mrope_section)
-
-  def hidden_states(self, inputs_embeds_BxLxC: Array, position_ids_3xBxL: Array,
-                    attention_mask_BxL: Array, residuals: Array | None = None) -> Array:
-    """Final-norm hidden states [B, L, C] with causal and padding masks; `residuals`
-    [K, B, L, C]: DeepStack features added after layers 0 .. K-1."""
-    length = inputs_embeds_BxLxC.shape[1]
-    causal = jnp.tril(jnp.ones((length, length), bool))
-    mask = causal[None] & attention_mask_BxL.astype(bool)[:, None, :]
-    cos, sin = self._cos_sin(position_ids_3xBxL)
-    x = inputs_embeds_BxLxC
-    for i, layer in enumerate(self.layers):
-      if self.remat:  # activations inside the layer are recomputed for the gradient
-        x = remat_call(layer, lambda layer, x: layer(x, cos, sin, mask)[0], x)
-      else:
-        x, _ = layer(x, cos, sin, mask)
-      x = _add_residual(x, residuals, i)
-    return self.norm(x)
-
-  def init_cache(self, batch: int, length: int, dtype=jnp.float32) -> list[tuple[Array, Array]]:
-    """Zeroed (k, v) caches [B, S, KV, D] per layer; the cache dtype is a choice."""
-    c = self.config
-    shape = (batch, length, c.num_key_value_heads, c.head_dim)
-    return [(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)) for _ in self.layers]
-
-  def extend(self, inputs_embeds_BxLxC: Array, position_ids_3xBxL: Array,
-             cache_valid_BxS: Array, cache: list, index: Array,
-             residuals: Array | None = None):
-    """Appends L positions at cache slot `index` and returns (hidden [B, L, C], cache).
-
-    `cache_valid_BxS` marks the cache slots that hold real tokens once this segment is
-    written (padding stays invalid); each new token attends to valid slots up to its own.
-    `residuals` [K, B, L, C]: this segment's DeepStack features (see `hidden_states`).
-    """
-    length = inputs_embeds_BxLxC.shape[1]
-    slots = jnp.arange(cache_valid_BxS.shape[1])
-    query_slot = index + jnp.arange(length)
-    mask = (slots[None, :] <= query_slot[:, None])[None] & cache_valid_BxS.astype(bool)[:, None]
-    cos, sin = self._cos_sin(position_ids_3xBxL)
-    x = inputs_embeds_BxLxC
-    new_cache = []
-    for i, (layer, layer_cache) in enumerate(zip(self.layers, cache)):
-      x, layer_cache = layer(x, cos, sin, mask, layer_cache, index)
-      x = _add_residual(x, residuals, i)
-      new_cache.append(layer_cache)
-    return self.norm(x), new_cache
-
-  def logits(self, hidden_BxLxC: Array) -> Array:
-    """Float32 logits: a computation-dtype matmul accumulated and returned in float32."""
-    if self.lm_head is None:
-      return tied_logits(self.embed_tokens, hidden_BxLxC)
-    if type(self.lm_head) is nnx.Linear:  # pylint: disable=unidiomatic-typecheck
-      kernel = self.lm_head.kernel[...]
-      hidden = hidden_BxLxC.astype(self.lm_head.dtype or kernel.dtype)
-      return jnp.einsum("...c,cv->...v", hidden, kernel.astype(hidden.dtype),
-                        preferred_element_type=jnp.float32)
-    return self.lm_head(hidden_BxLxC).astype(jnp.float32)  # an adapter (LoRA)
-
-  def __call__(self, input_ids_BxL: Array, position_ids_3xBxL: Array,
-               attention_mask_BxL: Array, residuals: Array | None = None) -> Array:
-    hidden = self.hidden_states(self.embed_tokens(input_ids_BxL), position_ids_3xBxL,
-                                attention_mask_BxL, residuals)
-    return self.logits(hidden)
