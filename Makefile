@@ -58,8 +58,8 @@ recipes: $(RUNTIME_STAMP) system-deps
 	$(PY) -m launch.train --config configs/peria_or_gigpo.py:cpu
 
 # Two pytest workers (pytest-xdist), whole files per worker: module fixtures stay shared.
-# On 2 CPU cores the suite takes about 24 minutes (618 tests, 42.7 CPU-minutes; the budget is
-# 25: trim before adding). The heaviest directories are collected first so both workers finish together.
+# On 2 CPU cores the suite takes about 23 minutes (633 tests, 44.5 CPU-minutes on a clean
+# clone; the budget is 25: trim before adding). The heaviest directories are collected first so both workers finish together.
 TEST_WORKERS ?= 2
 test: $(DEV_STAMP) system-deps
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile tests/train tests/recipes tests/models tests
