@@ -48,7 +48,8 @@ def qwen2_5_vl(size: dict):
               tie_word_embeddings=False)
   config = transformers.Qwen2_5_VLConfig(
       text_config=text, vision_config=dict(depth=1, hidden_size=32, intermediate_size=64,
-                                           num_heads=2, out_hidden_size=size["hidden_size"]),
+                                           num_heads=2, out_hidden_size=size["hidden_size"],
+                                           fullatt_block_indexes=[0]),
       **_special_ids(size))
   return transformers.Qwen2_5_VLForConditionalGeneration(config)
 

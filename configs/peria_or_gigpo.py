@@ -26,9 +26,10 @@ benchmarks (the tools act on renders of the task's 3D scene), `image_label`'s te
 as a marker only: no text rendering on device). Cost: FSDP2 on GPU nodes, 3 epochs, in
 the public script.
 
-`cpu`: a tiny random Qwen3-VL policy, synthetic_spatial/tiny, 100 SFT steps on the scripted teacher
-(a centre crop, then the letter), 10 OR-GIGPO steps of 4 prompts x 4; the three CPU recipes take
-11m40s together on a 2-core CPU (`make recipes`).
+`cpu`: a tiny random Qwen3-VL policy, synthetic_spatial/tiny, 100 SFT steps on the
+scripted teacher (a centre crop, then the letter), 10 OR-GIGPO steps of 4 prompts x 4;
+with Think3D-RL's it takes 10m20s on a 2-core CPU, the three CPU recipes about 15 minutes
+(`make recipes`).
 """
 
 from configs.agent_recipe import base, shrink_for_cpu

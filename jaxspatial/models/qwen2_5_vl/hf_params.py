@@ -240,6 +240,14 @@ def scan(folder, expected: dict[str, tuple[int, ...]] | None = None,
   return found
 
 
+def _all_finite(value: np.ndarray, chunk: int = 1 << 22) -> bool:
+  """np.isfinite(value).all() in slices: the check's temporary is a few MB, not a boolean
+  copy of a (possibly 1 GB) tensor, so loading stays near one tensor of host memory."""
+  flat = value.reshape(-1)
+  return all(np.isfinite(flat[start:start + chunk]).all()
+             for start in range(0, flat.size, chunk))
+
+
 def read_tensor(reader, file, key: str, dtype=None) -> np.ndarray:
   """One tensor, in `dtype` when given; refuses NaN and infinite values (also those the cast
   makes, e.g. float32 values beyond float16's range)."""
@@ -253,7 +261,7 @@ def read_tensor(reader, file, key: str, dtype=None) -> np.ndarray:
       cast = np.asarray(value, dtype)
   else:
     cast = value
-  if not np.isfinite(cast).all():
+  if not _all_finite(cast):
     count = int((~np.isfinite(cast)).sum())
     kind = "NaN" if np.isnan(cast).any() else "infinite"
     after = ("" if cast is value or not np.isfinite(value).all()
