@@ -24,8 +24,8 @@ the paper.
 
 `cpu`: tiny random policy, synthetic_spatial/tiny, 100 SFT steps on the scripted teacher
 (one turn, then the answer text), 10 GRPO steps of 2 prompts x 8 in 2 mini-batches;
-the three CPU recipes take
-about 15 minutes together on a 2-core CPU (`make recipes`).
+the three CPU recipes took
+11m40s together on a 2-core CPU when all three ran Qwen2.5-VL (`make recipes`).
 """
 
 from configs.agent_recipe import base, shrink_for_cpu

@@ -28,8 +28,7 @@ the public script.
 
 `cpu`: a tiny random Qwen3-VL policy, synthetic_spatial/tiny, 100 SFT steps on the
 scripted teacher (a centre crop, then the letter), 10 OR-GIGPO steps of 4 prompts x 4;
-with Think3D-RL's it takes 10m20s on a 2-core CPU, the three CPU recipes about 15 minutes
-(`make recipes`).
+with Think3D-RL's it takes 10m20s on a 2-core CPU (`make recipes` runs all three).
 """
 
 from configs.agent_recipe import base, shrink_for_cpu
