@@ -24,13 +24,16 @@ def base(name: str, agent: str, variant: str) -> ml_collections.ConfigDict:
   # checkpoint: a Hugging Face folder of a policy family (its config.json's model_type picks
   # the family); "" = a tiny random policy of `family` (cpu variant). family: the paper's
   # policy family ("qwen2_5_vl", "qwen3_vl"); a checkpoint of another family still loads
-  # (an ablation), with a note.
+  # (an ablation), with a note. chat_format: how replies open, "auto" (the checkpoint's chat
+  # template: a Thinking model's "<think>\n" prefill; stop ids from generation_config.json),
+  # "instruct" or "thinking".
   # frozen: parameter paths that do not train (e.g. ("visual",): the vision tower).
   # dtype / param_dtype / cache_dtype: bf16 compute over float32 master weights, a bf16 KV
   # cache (jaxspatial.models.precision); attention "auto": cuDNN flash attention on GPU;
   # remat: recompute each layer in the backward pass (3B-9B policies at 16 x 8 episodes).
-  c.model = dict(checkpoint="", family="qwen2_5_vl", frozen=(), dtype="bfloat16",
-                 param_dtype="float32", cache_dtype="bfloat16", attention="auto", remat=True)
+  c.model = dict(checkpoint="", family="qwen2_5_vl", chat_format="auto", frozen=(),
+                 dtype="bfloat16", param_dtype="float32", cache_dtype="bfloat16",
+                 attention="auto", remat=True)
   # input_views: Think3D's first prompt holds up to this many input views; views: its
   # action space, "free" angles or the public RL prompt's three "preset" views.
   c.agent = dict(name=agent, width=640, height=480, hfov_deg=90.0, max_images=8,

@@ -35,17 +35,21 @@ from recipes.common import counts_accuracy
 
 
 def load_policy(c):
-  """(tokenizer, model): a Hugging Face folder loaded onto the current mesh (its family from
-  config.json), or a tiny random policy of `model.family`."""
+  """(tokenizer, model, chat format): a Hugging Face folder loaded onto the current mesh
+  (its family from config.json, its chat format from the chat template and
+  generation_config.json unless `model.chat_format` names one), or a tiny random policy of
+  `model.family`."""
   if c.model.checkpoint:
     processor, model = models.load_policy(c.model.checkpoint, seed=c.seed,
                                           **model_options(c.model))
     if model.family != c.model.family:
       print(f"note: {c.model.checkpoint} is a {model.family} checkpoint; the recipe's paper "
             f"trained {c.model.family} (model.family)", flush=True)
-    return getattr(processor, "tokenizer", processor), model
+    tok = getattr(processor, "tokenizer", processor)
+    return tok, model, models.chat_format(c.model.chat_format, c.model.checkpoint, tok)
   tok = tiny.tokenizer()
-  return tok, tiny.model(tok, c.model.family, c.seed, **model_options(c.model))
+  return (tok, tiny.model(tok, c.model.family, c.seed, **model_options(c.model)),
+          models.chat_format(c.model.chat_format))
 
 
 def data_source(c, split: str):
@@ -182,8 +186,8 @@ class AgentRecipe(Experiment):
     """The tokenizer, the policy (under the current mesh) and the agent's rollout."""
     c = self.c
     self.mesh = mesh
-    self.tokenizer, self.model = load_policy(c)
-    self.run = AgentRollout.create(self.agent, self.tokenizer, self.model,
+    self.tokenizer, self.model, chat = load_policy(c)
+    self.run = AgentRollout.create(self.agent, self.tokenizer, self.model, chat=chat,
                                    prompt_tokens=c.data.prompt_tokens,
                                    cache_dtype=Precision.from_config(c.model).cache_dtype,
                                    **c.rollout)

@@ -41,9 +41,11 @@ def build(c) -> RolloutSetup:
   if c.agent != "act3d":
     raise ValueError(f"rollout_setup: agent {c.agent!r} has no synthetic task source yet; "
                      "expected 'act3d'")
+  chat = models.ChatFormat()
   if c.checkpoint:
     processor, model = models.load_policy(c.checkpoint, **model_options(c.model))
     tok = getattr(processor, "tokenizer", processor)
+    chat = models.ChatFormat.from_folder(c.checkpoint, tok)
   else:
     tok = tiny.tokenizer()
     model = tiny.model(tok, c.model.get("family", "qwen2_5_vl"), c.seed,
@@ -51,18 +53,18 @@ def build(c) -> RolloutSetup:
   agent = agents.Act3DAgent(act3d.Act3DParams(width=c.width, height=c.height,
                                               grounding_min_pixels=5,
                                               max_interactions=c.max_turns - 1))
-  run = AgentRollout.create(agent, tok, model,
+  run = AgentRollout.create(agent, tok, model, chat=chat,
                             cache_dtype=Precision.from_config(c.model).cache_dtype,
                             max_turns=c.max_turns, max_turn_tokens=c.max_turn_tokens,
                             temperature=c.temperature, constrained=c.constrained)
   tasks, questions = episodes.act3d_tasks(c.batch, seed=c.seed, points=c.points,
                                           scenes=c.scenes)
-  ids, mask = episodes.act3d_prompts(tok, questions, run.image_tokens)
+  ids, mask = episodes.act3d_prompts(tok, questions, run.image_tokens, chat.prefill)
   forced = None
   if c.scripted:  # scripted moves; the policy answers
     turns = [t[:-1] + [None] for t in tiny.scripted_act3d_turns(c.batch, c.max_turns)]
     forced = jnp.asarray(run.forced(turns))
-  return RolloutSetup(tok, model, agent, run.automaton, run.template, run.config, tasks,
+  return RolloutSetup(tok, model, run.agent, run.automaton, run.template, run.config, tasks,
                       jnp.asarray(ids), jnp.asarray(mask), forced)
 
 

@@ -33,7 +33,8 @@ def act3d_tasks(batch: int, seed: int = 0, points: int = 20_000, scenes: int = 2
   return stacked, questions
 
 
-def act3d_prompts(tokenizer, questions, image_tokens: int):
+def act3d_prompts(tokenizer, questions, image_tokens: int, prefill: str = ""):
   texts = [prompts.chat_prompt(prompts.ACT3D_SYSTEM, prompts.act3d_user_text(
-      q, room.bounds_min, room.bounds_max), image_tokens) for q, room in questions]
+      q, room.bounds_min, room.bounds_max), image_tokens, prefill=prefill)
+           for q, room in questions]
   return prompts.left_padded(tokenizer, texts)

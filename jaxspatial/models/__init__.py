@@ -12,6 +12,7 @@ from jaxspatial.models.latent3d import (Thinker3DPolicy, add_latent_tokens, expa
 from jaxspatial.models.lora import LoRALinear, LoRATiedHead, apply_lora, linear_names, merge_lora
 from jaxspatial.models.projector3d import (TINY, Projector3D, Projector3DConfig,
                                            alignment_loss, load_torch_state_dict, stage1_loss)
+from jaxspatial.models.chat import ChatFormat, chat_format
 from jaxspatial.models.memory import MemoryEstimate
 from jaxspatial.models.policy import (FAMILIES, VisionOutput, export, load_model, load_policy,
                                       model_type, policy_class)
@@ -20,8 +21,8 @@ from jaxspatial.models.sampler import (DecodeState, Generation, SamplingConfig, 
 from jaxspatial.models.precision import Precision, model_options
 from jaxspatial.models.sharding import RULES, logical_init, make_mesh, mesh_axes
 
-__all__ = ["FAMILIES", "DecodeState", "Generation", "SamplingConfig", "VisionOutput", "append",
-           "decode", "export", "generate", "load_model", "load_policy", "model_type",
+__all__ = ["FAMILIES", "ChatFormat", "DecodeState", "Generation", "SamplingConfig", "VisionOutput", "append",
+           "chat_format", "decode", "export", "generate", "load_model", "load_policy", "model_type",
            "policy_class", "prefill", "ATTENTION_IMPLEMENTATIONS", "MemoryEstimate", "Precision", "attention", "memory",
            "model_options", "resolve_attention", "RULES", "TINY", "LoRALinear", "LoRATiedHead",
            "Projector3D", "Projector3DConfig", "Thinker3DPolicy",

@@ -57,6 +57,7 @@ class Act3DAgent(turns.AnswerTurns):
   reward_config: Act3DRewardConfig = Act3DRewardConfig()
   max_distance: int = 360
   system_prompt: str = prompts.ACT3D_SYSTEM
+  prefill: str = ""   # the chat template's reply opening (turns.AnswerTurns)
 
   name: ClassVar[str] = "act3d"
   accuracy_key: ClassVar[str] = "judge"   # the reward component that is "correct"
@@ -73,7 +74,7 @@ class Act3DAgent(turns.AnswerTurns):
     """(ids, mask) of the tasks' first turns: appendix C.1's user text after the render."""
     texts = [prompts.chat_prompt(self.system_prompt, prompts.act3d_user_text(
         decode_text(tasks.question_ids[row]), tasks.scene_min[row], tasks.scene_max[row]),
-        image_tokens) for row in range(len(tasks.question_ids))]
+        image_tokens, prefill=self.prefill) for row in range(len(tasks.question_ids))]
     return prompts.left_padded(tokenizer, texts, length)
 
   def host_rewards(self, rows, tokenizer):
@@ -95,7 +96,7 @@ class Act3DAgent(turns.AnswerTurns):
 
   @functools.cached_property
   def grammar(self) -> Grammar:
-    return grammars.act3d(self.max_distance)
+    return self.turn_grammar(grammars.act3d(self.max_distance))
 
   @property
   def image_size(self) -> tuple[int, int]:
@@ -107,7 +108,8 @@ class Act3DAgent(turns.AnswerTurns):
 
   @property
   def observation(self) -> str:
-    return TOOL_RESPONSE.format(body="Camera at ({}, {}, {}), looking at ({}, {}, {}).")
+    return self.opened(TOOL_RESPONSE.format(
+        body="Camera at ({}, {}, {}), looking at ({}, {}, {})."))
 
   def reset(self, key, task):
     obs, state = act3d.reset(key, task, self.params)
@@ -195,6 +197,7 @@ class Think3DAgent(turns.AnswerTurns):
   max_cameras: int = 8
   views: str = "free"
   system_prompt: str = prompts.THINK3D_SYSTEM
+  prefill: str = ""   # the chat template's reply opening (turns.AnswerTurns)
 
   name: ClassVar[str] = "think3d"
   accuracy_key: ClassVar[str] = "correct"
@@ -215,7 +218,7 @@ class Think3DAgent(turns.AnswerTurns):
     users = [decode_text(q) for q in tasks.question_ids]
     return prompts.left_padded_views(tokenizer, self.system_prompt, users, image_tokens,
                                      views, np.minimum(tasks.num_input_cameras, views),
-                                     length)
+                                     length, prefill=self.prefill)
 
   def host_rewards(self, rows, tokenizer):
     del rows, tokenizer
@@ -242,7 +245,7 @@ class Think3DAgent(turns.AnswerTurns):
 
   @functools.cached_property
   def grammar(self) -> Grammar:
-    return grammars.think3d(self.max_cameras, self.views)
+    return self.turn_grammar(grammars.think3d(self.max_cameras, self.views))
 
   @property
   def image_size(self) -> tuple[int, int]:
@@ -254,7 +257,7 @@ class Think3DAgent(turns.AnswerTurns):
 
   @property
   def observation(self) -> tuple[str, ...]:
-    return THINK3D_OBSERVATIONS
+    return tuple(map(self.opened, THINK3D_OBSERVATIONS))
 
   def observation_variant(self, invalid, format_error, next_is_final, env_state=None):
     del format_error, env_state  # a malformed turn ends a Think3D episode

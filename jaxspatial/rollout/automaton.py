@@ -503,12 +503,52 @@ def minimize(dfa: DFA) -> DFA:
 
 # ----------------------------------------------------------------------------- grammar
 
+def _rerooted(dfa: DFA, state: int) -> DFA:
+  """The same automaton started at `state`: what it reaches from there, renumbered (dead
+  0, `state` the start)."""
+  order, index = [DEAD, state], {DEAD: DEAD, state: START}
+  i = 1
+  while i < len(order):
+    for target in np.unique(dfa.next[order[i]]).tolist():
+      if target not in index:
+        index[target] = len(order)
+        order.append(target)
+    i += 1
+  keep = np.asarray(order)
+  remap = np.zeros(dfa.num_states, np.int32)
+  remap[keep] = np.arange(len(keep), dtype=np.int32)
+  return minimize(DFA(remap[dfa.next[keep]], dfa.field[keep], dfa.option[keep],
+                      dfa.accepting[keep]))
+
+
+def _after_prefix(dfa: DFA, prefix: bytes, name: str) -> DFA:
+  """`dfa` started where `prefix` leads; the prefix may write no field and close nothing."""
+  state = START
+  for byte in prefix:
+    if dfa.field[state, byte] != NO_FIELD or dfa.option[state, byte] != NO_OPTION:
+      raise ValueError(f"grammar {name!r}: the prefix {prefix!r} would write a field")
+    state = int(dfa.next[state, byte])
+    if state == DEAD or dfa.accepting[state]:
+      raise ValueError(f"grammar {name!r}: a turn cannot begin with the prefix {prefix!r} "
+                       "(the grammar " + ("rejects it" if state == DEAD else "closes in it")
+                       + ")")
+  return _rerooted(dfa, state) if prefix else dfa
+
+
 @dataclasses.dataclass(frozen=True)
 class Grammar:
-  """A turn's grammar: the tree, the closing tags that end a turn, and its fields."""
+  """A turn's grammar: the tree, the closing tags that end a turn, and its fields.
+  `prefix`: bytes the prompt writes before each turn (a thinking template's "<think>\n");
+  the automata start after them, so the model's tokens are the rest of the turn."""
   name: str
   root: object
   stops: tuple[bytes, ...]
+  prefix: bytes = b""
+
+  def after(self, prefix) -> "Grammar":
+    """This grammar for turns that the prompt has opened with `prefix` (str or bytes)."""
+    prefix = prefix.encode() if isinstance(prefix, str) else bytes(prefix)
+    return self if prefix == self.prefix else dataclasses.replace(self, prefix=prefix)
 
   @functools.cached_property
   def fields(self) -> tuple:
@@ -532,11 +572,12 @@ class Grammar:
   def dfa(self) -> DFA:
     ids = {f.name: i + 1 for i, f in enumerate(self.fields)}
     turn = minimize(determinize(self.root, ids))  # small before the product
-    return minimize(intersect(turn, first_stop(self.stops)))
+    return _after_prefix(minimize(intersect(turn, first_stop(self.stops))), self.prefix,
+                         self.name)
 
   @functools.cached_property
   def stop_dfa(self) -> DFA:
-    return minimize(first_stop(self.stops))
+    return _after_prefix(minimize(first_stop(self.stops)), self.prefix, self.name)
 
   @functools.cached_property
   def literals(self) -> frozenset:

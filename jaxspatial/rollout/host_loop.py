@@ -93,10 +93,14 @@ def _host_fields(agent, grammar, parsed: dict | None) -> tuple[np.ndarray, np.nd
 
 
 def _parser(agent):
+  """The host regex parse of a turn's text, the prompt's prefill in front (the grammars'
+  regexes read whole turns)."""
+  prefill = agent.prefill.encode()
   if isinstance(agent, agent_lib.Act3DAgent):
-    return lambda turn: host_parse.parse_act3d(turn, agent.max_distance)
+    return lambda turn: host_parse.parse_act3d(prefill + turn, agent.max_distance)
   if isinstance(agent, agent_lib.Think3DAgent):
-    return lambda turn: host_parse.parse_think3d(turn, agent.max_cameras, agent.views)
+    return lambda turn: host_parse.parse_think3d(prefill + turn, agent.max_cameras,
+                                                 agent.views)
   raise TypeError(f"host_rollout: no host parser for {type(agent).__name__}")
 
 

@@ -66,6 +66,7 @@ class PeriaAgent(turns.AnswerTurns):
   continue_on_format_error: bool = True
   coordinate_format: str = "list"
   system_prompt: str = prompts.PERIA_SYSTEM
+  prefill: str = ""   # the chat template's reply opening (turns.AnswerTurns)
 
   name: ClassVar[str] = "peria"
   accuracy_key: ClassVar[str] = "correct"
@@ -82,8 +83,8 @@ class PeriaAgent(turns.AnswerTurns):
   def first_prompts(self, tokenizer, tasks, image_tokens: int, length: int | None = None):
     """(ids, mask): "Observation 0:" before the image, then the question (the public
     pipeline's first user message)."""
-    texts = [prompts.peria_prompt(self.system_prompt, decode_text(q), image_tokens)
-             for q in tasks.question_ids]
+    texts = [prompts.peria_prompt(self.system_prompt, decode_text(q), image_tokens,
+                                  self.prefill) for q in tasks.question_ids]
     return prompts.left_padded(tokenizer, texts, length)
 
   def host_rewards(self, rows, tokenizer):
@@ -129,8 +130,9 @@ class PeriaAgent(turns.AnswerTurns):
 
   @functools.cached_property
   def grammar(self) -> Grammar:
-    return grammars.peria(self.params.max_images, int(self.params.scale),
-                          self.params.max_path_points, self.coordinate_format)
+    return self.turn_grammar(grammars.peria(self.params.max_images, int(self.params.scale),
+                                            self.params.max_path_points,
+                                            self.coordinate_format))
 
   @property
   def image_size(self) -> tuple[int, int]:
@@ -142,7 +144,7 @@ class PeriaAgent(turns.AnswerTurns):
 
   @property
   def observation(self) -> tuple[str, ...]:
-    return PERIA_OBSERVATIONS
+    return tuple(map(self.opened, PERIA_OBSERVATIONS))
 
   def observation_variant(self, invalid, format_error, next_is_final, env_state=None):
     """The message after a turn: the format error, the error of the call the environment

@@ -63,18 +63,21 @@ PERIA_SYSTEM = (
     "image_index, text and position [x, y].")
 
 
-def chat_prompt(system: str, user: str, image_tokens: int, num_images: int = 1) -> str:
+def chat_prompt(system: str, user: str, image_tokens: int, num_images: int = 1,
+                prefill: str = "") -> str:
+  """A system message, a user turn (the images, then `user`), and the reply opened (with
+  the chat template's `prefill`)."""
   image = ("<|vision_start|>" + "<|image_pad|>" * image_tokens + "<|vision_end|>") * num_images
   return (f"<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n{image}{user}"
-          "<|im_end|>\n<|im_start|>assistant\n")
+          f"<|im_end|>\n<|im_start|>assistant\n{prefill}")
 
 
-def peria_prompt(system: str, question: str, image_tokens: int) -> str:
+def peria_prompt(system: str, question: str, image_tokens: int, prefill: str = "") -> str:
   """PERIA's first turn: the public pipeline's user message puts "Observation 0:" and a
   newline before the image, then the question."""
   image = "<|vision_start|>" + "<|image_pad|>" * image_tokens + "<|vision_end|>"
   return (f"<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\nObservation 0:\n"
-          f"{image}\n{question}<|im_end|>\n<|im_start|>assistant\n")
+          f"{image}\n{question}<|im_end|>\n<|im_start|>assistant\n{prefill}")
 
 
 def act3d_user_text(question: str, scene_min=None, scene_max=None) -> str:
@@ -114,7 +117,8 @@ def left_padded(tokenizer, prompts: list[str], length: int | None = None,
 
 def left_padded_views(tokenizer, system: str, users: list[str], image_tokens: int,
                       views: int, real_views, length: int | None = None,
-                      pad_token: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+                      pad_token: int | None = None, prefill: str = ""
+                      ) -> tuple[np.ndarray, np.ndarray]:
   """(ids [B, L] int32, mask [B, L] bool) of first prompts holding `views` image groups
   each (Think3D: the task's input views, then the question), left-padded to `length`.
   Row b shows its first `real_views[b]` groups; the others keep their slots (every
@@ -136,7 +140,7 @@ def left_padded_views(tokenizer, system: str, users: list[str], image_tokens: in
     for k in range(views):
       ids += group
       mask += [bool(k < shown)] * len(group)
-    tail = encode(f"{user}<|im_end|>\n<|im_start|>assistant\n")
+    tail = encode(f"{user}<|im_end|>\n<|im_start|>assistant\n{prefill}")
     rows.append((ids + tail, mask + [True] * len(tail)))
   longest = max(len(ids) for ids, _ in rows)
   length = length or longest

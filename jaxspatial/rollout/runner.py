@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxspatial.models.chat import ChatFormat
 from jaxspatial.rollout import automaton as am
 from jaxspatial.rollout import episode, observation
 from jaxspatial.models.sharding import global_batch
@@ -32,13 +33,18 @@ class AgentRollout:
 
   @classmethod
   def create(cls, agent, tokenizer, model, prompt_tokens: int | None = None,
-             cache_dtype: str = "float32", **settings) -> "AgentRollout":
-    """`settings` are `RolloutConfig` fields (max_turns, temperature, ...); the end-of-turn
-    and pad tokens come from the tokenizer."""
-    eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
+             cache_dtype: str = "float32", chat: ChatFormat | None = None,
+             **settings) -> "AgentRollout":
+    """`settings` are `RolloutConfig` fields (max_turns, temperature, ...); the pad token
+    comes from the tokenizer. `chat` (default: Qwen's instruct layout) is the policy's chat
+    format: its prefill opens every reply (the agent's `prefill`), its stop tokens end a
+    turn."""
+    chat = chat or ChatFormat()
+    if agent.prefill != chat.prefill:
+      agent = dataclasses.replace(agent, prefill=chat.prefill)
     config = episode.RolloutConfig(
-        eos_tokens=(eos,), pad_token=tokenizer.pad_token_id if tokenizer.pad_token_id
-        is not None else 0, cache_dtype=cache_dtype, **settings)
+        eos_tokens=chat.stop_ids(tokenizer), pad_token=tokenizer.pad_token_id
+        if tokenizer.pad_token_id is not None else 0, cache_dtype=cache_dtype, **settings)
     image_tokens = episode.image_tokens(model, agent.image_size)
     automaton = am.compile_token_automaton(agent.grammar, tokenizer,
                                            model.config.text.vocab_size)
@@ -57,7 +63,11 @@ class AgentRollout:
     return episode.capacity(prompt_length or self.prompt_tokens, self.template, self.config)
 
   def forced(self, scripts) -> np.ndarray:
-    """[B, turns, tokens] forced tokens from per-episode lists of turn strings."""
+    """[B, turns, tokens] forced tokens from per-episode lists of turn strings (written
+    whole, `<think>...`: the part the prompt's prefill already holds is dropped)."""
+    chat = ChatFormat(prefill=self.agent.prefill)
+    scripts = [[None if turn is None else chat.generated(turn) for turn in turns]
+               for turns in scripts]
     return episode.forced_tokens(self.tokenizer, scripts, self.config)
 
   def __call__(self, model, tasks, key, forced=None, prompt_ids=None, prompt_mask=None,

@@ -52,7 +52,19 @@ def answer_turn(thought: str, answer: str) -> str:
 
 
 class AnswerTurns:
-  """Mixin for agents: `answer_turn` and `answer_prefix` as methods."""
+  """Mixin for agents: `answer_turn` and `answer_prefix` as methods, and the chat
+  template's reply opening. An agent's `prefill` field is what its policy's template writes
+  where a reply opens (a thinking model's "<think>\n"; see `models.ChatFormat`): the first
+  prompt and every observation message end with it, and the grammar starts after it."""
+
+  prefill: str
+
+  def opened(self, message: str) -> str:
+    """A prompt or observation message that ends where a reply opens, with the prefill."""
+    return message + self.prefill
+
+  def turn_grammar(self, grammar):
+    return grammar.after(self.prefill)
 
   def answer_turn(self, thought: str, answer: str) -> str:
     return answer_turn(thought, answer)

@@ -77,6 +77,35 @@ def test_automaton_accepts_exactly_what_the_host_regex_accepts(name, tokenizer, 
   assert 0.15 * COUNT < accepted < 0.8 * COUNT, accepted
 
 
+@pytest.mark.parametrize("name", ["act3d", "think3d", "peria"])
+def test_a_grammar_after_a_prefill_parses_what_follows_it_as_the_whole_turn(name, tokenizer):
+  """A thinking template's prompt opens each reply with "<think>\n": the automaton of
+  `grammar.after(prefill)` over the model's tokens accepts, and parses, exactly what the
+  host regex accepts of the prefill followed by those tokens' text."""
+  prefill = "<think>\n"
+  automaton = am.compile_token_automaton(grammars.GRAMMARS[name]().after(prefill), tokenizer)
+  texts = [t.split("<think>", 1)[-1] for t in turn_strings.turns(name, 600, seed=11)]
+  texts = [t for t in texts if t]
+  ids_list = [tokenizer.encode(t, add_special_tokens=False) for t in texts]
+  result = turn_strings.parse_batch(automaton, ids_list)
+  fields = [f.name for f in automaton.grammar.fields]
+  accepted = 0
+  for row, text in enumerate(texts):
+    host = host_parse.PARSERS[name]((prefill + text).encode())
+    assert bool(result.valid[row]) == (host is not None), (name, text)
+    if host is None:
+      continue
+    accepted += 1
+    expected = _expected(automaton.grammar, host)
+    for index, field in enumerate(fields):
+      assert bool(result.present[row, index]) == (field in expected), (text, field)
+      if field in expected:
+        assert result.values[row, index] == expected[field], (text, field)
+  assert 0.15 * len(texts) < accepted < 0.8 * len(texts), accepted
+  with pytest.raises(ValueError, match="cannot begin with the prefix"):
+    grammars.GRAMMARS[name]().after("<answer>").dfa
+
+
 def test_token_bytes_concatenate_to_the_text(tokenizer):
   pieces, special = am.token_bytes(tokenizer)
   for text in turn_strings.turns("think3d", 200, seed=5) + turn_strings.turns("thinker3d", 50):
