@@ -69,7 +69,9 @@ test: $(DEV_STAMP) system-deps
 # launch.eval reads the checkpoint, a 2-process jax.distributed run takes an RL step, and
 # sharded SFT / GRPO steps on 8 fake devices equal one device's and restore onto another
 # mesh (14 tests: the 13 recipe checks took 23m57s in one run on 2 cores; the sharded steps
-# took 215 s inside `make test` before they moved here).
+# took 215 s inside `make test` before they moved here); the library trainer's kill /
+# resume, NaN and SIGTERM checks on the demo recipe (tests/train/test_train_job.py) and the
+# Act3D recipe with a served LLM judge.
 train-checks: $(DEV_STAMP) system-deps
 	$(PY) -m pytest -m recipe_checks -n $(TEST_WORKERS) --dist load tests/recipes tests/train
 

@@ -2,7 +2,8 @@ r"""Act3D: trajectory SFT, then GRPO with the composite judge / EM / interaction
 
     python -m launch.train --config configs/act3d_grpo.py \
         --config.model.checkpoint=/ckpt/qwen --config.data.data_dir=/data \
-        --config.sft.trajectories=/data/act3d_sft.jsonl
+        --config.sft.trajectories=/data/act3d_sft.jsonl \
+        --config.judge.url=http://judge-host:8000/v1 --config.judge.model=Qwen3-30B-A3B-Instruct
     python -m launch.train --config configs/act3d_grpo.py:cpu        (runs here)
 
 Published setting (paper sections 3.2-3.3 and 4.1, appendix C.1): SFT on 5,712 teacher
@@ -16,8 +17,9 @@ R_fmt (a missing or empty answer; `reward.weights.format_rule="grammar"` also co
 grammar slips), c = 12 once an answer object has been seen (the initial view counts).
 
 Not reproduced here: the policy family (Qwen3.5-9B; only Qwen2.5-VL-shaped checkpoints
-load so far), the LLM judge (the on-device rule judge, normalised EM or token F1 >= 0.5,
-stands in unless the rollout is given a host judge), the observation wording after a move
+load so far), the LLM judge unless `judge.url` names an OpenAI-compatible endpoint (the
+paper's evaluation judge is Qwen3-30B-A3B-Instruct; without one the on-device rule judge,
+normalised EM or token F1 >= 0.5, stands in), the observation wording after a move
 (the paper gives only its content: camera and look-at point to 0.01 m), the renderer's
 field of view (unstated; 90 degrees here), asynchronous vLLM rollouts. Cost: H200 GPUs in
 the paper.

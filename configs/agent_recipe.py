@@ -45,6 +45,17 @@ def base(name: str, agent: str, variant: str) -> ml_collections.ConfigDict:
   c.rollout = dict(max_turns=4, max_turn_tokens=1024, temperature=1.0, top_p=1.0,
                    constrained=False, repetition_penalty=1.0)
   c.reward = dict(weights={})
+  # The LLM judge of free-form answers (Act3D's R_judge; PERIA's fallback after the rule
+  # check): an OpenAI-compatible endpoint (vLLM, SGLang, ...) at `url` serving `model`, its
+  # key from the environment variable `api_key_env`; url "" = the on-device rule judge.
+  # Act3D's training judge samples at temperature 0.1 with 64 tokens, its evaluation judge
+  # at 0 with 4 (jaxspatial.perception.judge); max_requests 0: no budget.
+  # PERIA's perception tools as host tools (jaxspatial.perception): names from
+  # jaxspatial.perception.ocr.TOOLS (PP-OCRv4 on this host, or served by
+  # launch/perception_server.py at `url`); their text results hold at most max_tokens.
+  c.perception = dict(tools=(), url="", max_tokens=256, timeout_s=60.0, retries=1)
+  c.judge = dict(url="", model="", api_key_env="OPENAI_API_KEY", timeout_s=60.0, retries=3,
+                 concurrency=16, max_requests=0)
   # The phases; `optimizer` is jaxspatial.train.OptimizerConfig (total_steps: the phase's
   # updates). sft.steps 0: no SFT. sft.trajectories: a teacher trajectory file
   # (data_pipelines/synthetic/teachers.py), or "scripted" for the synthetic dataset's

@@ -20,10 +20,12 @@ made; answers, malformed turns and rejected calls their own keys).
 The policy family is the paper's, Qwen3-VL (`model.family`; the public SFT base is
 Qwen3-VL-8B-Thinking): with `model.chat_format` "auto" a Thinking checkpoint's chat template
 opens every reply with "<think>\n" and its generation_config.json's stop ids end turns; the
-`cpu` variant's tiny policy takes the thinking format too. Not reproduced here: the twelve
-perception tools (OCR, SAM 3.1, GroundingDINO: no
-perception callbacks yet), the LLM-judge fallback of R_correct, PERIA's own image
-benchmarks (the tools act on renders of the task's 3D scene), `image_label`'s text (drawn
+`cpu` variant's tiny policy takes the thinking format too. Perception tools are host tools
+(`perception.tools`): the reference variant calls the five OCR tools (PP-OCRv4 on this host,
+or any tools a `launch/perception_server.py` at `perception.url` serves); the LLM-judge
+fallback of R_correct with `judge.url`. Not reproduced here: the SAM 3.1 and GroundingDINO
+tools in the recipe (their backends exist in jaxspatial.perception; the recipe does not
+build them yet), PERIA's own image benchmarks (the tools act on renders of the task's 3D scene), `image_label`'s text (drawn
 as a marker only: no text rendering on device). Cost: FSDP2 on GPU nodes, 3 epochs, in
 the public script.
 
@@ -38,8 +40,11 @@ from configs.agent_recipe import base, shrink_for_cpu
 def get_config(variant: str = "reference"):
   c = base("peria_or_gigpo", "peria", variant)
   c.model.family = "qwen3_vl"  # Qwen3-VL-8B-Thinking in the public code
+  c.perception.tools = ("text_ocr", "formula_ocr", "table_ocr", "text_spotting",
+                        "map_text_ocr")
   if variant == "cpu":
     c.model.chat_format = "thinking"  # as the public SFT base's template
+    c.perception.tools = ()
   c.objective = dict(epsilon_low=0.2, epsilon_high=0.2, dual_clip=None, beta=0.0,
                      kl_estimator="k3", aggregation="token-mean")
   c.advantage = dict(estimator="or_gigpo", ddof=1, eps=1e-6, group_size=4, gamma=0.99,

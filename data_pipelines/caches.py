@@ -3,6 +3,8 @@
 Think3D's RL cache (`.npz`, produced before training, read by the environment):
   points (N, 3) float32 world points; colors (N, 3) floats in [0, 1];
   camera_poses (M, 4, 4) camera-to-world, OpenCV axes; image_paths (M,) strings.
+`write_reconstruction_cache` writes one from a reconstructor's output
+(`jaxspatial.perception.reconstruction.Reconstruction`: Pi3, VGGT, Depth-Anything-3, RGB-D).
 
 3DThinker's VGGT target features: `<root>/feature_vggt/{idx}/vggt.npz` with key `feature`
 of shape [1, N_images, tokens, channels] (reference: tokens 1374, channels 2048), written in
@@ -18,10 +20,14 @@ from __future__ import annotations
 import os
 import pathlib
 import tempfile
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from jaxspatial.geometry import PointCloud
+
+if TYPE_CHECKING:  # only the annotation: writing a cache needs none of the model adapters
+  from jaxspatial.perception.reconstruction import Reconstruction
 
 
 class CacheFormatError(ValueError):
@@ -76,6 +82,17 @@ def write_think3d_cache(path, cloud: PointCloud, camera_poses, image_paths=()) -
   _atomic_savez(pathlib.Path(path), points=np.asarray(cloud.xyz, np.float32)[valid],
                 colors=np.asarray(cloud.rgb, np.float32)[valid] / 255.0,
                 camera_poses=poses, image_paths=image_paths)
+
+
+def write_reconstruction_cache(path, reconstruction: Reconstruction,
+                               image_paths=()) -> pathlib.Path:
+  """Writes a reconstruction's valid points (colours in [0, 1]) and its input views'
+  camera-to-world poses as Think3D's RL cache, atomically; returns the path."""
+  valid = np.asarray(reconstruction.valid, bool)
+  cloud = PointCloud.create(np.asarray(reconstruction.xyz)[valid].reshape(-1, 3),
+                            np.asarray(reconstruction.rgb)[valid].reshape(-1, 3))
+  write_think3d_cache(path, cloud, reconstruction.cameras_c2w, image_paths)
+  return pathlib.Path(path)
 
 
 def read_think3d_cache(path) -> tuple[PointCloud, np.ndarray, list[str]]:

@@ -4,8 +4,9 @@ reconstructor (Pi3, VGGT) is installed.
 `reconstruct(images, depths, cameras)` unprojects every view, fuses them (a plain
 union, or TSDF fusion in a `UniformTSDFVolume` over the views' bounds), voxel
 downsamples, removes statistical outliers, and pads the result to a bucket size.
-It runs on the host; learned reconstructors will share the signature minus depths
-and run as host callbacks.
+It runs on the host. `RGBDReconstructor` gives it the learned reconstructors' output, a
+`jaxspatial.perception.reconstruction.Reconstruction` (which lives in jaxspatial and never
+imports this module).
 
 Open3D 0.20's `ScalableTSDFVolume` silently extracts nothing, so it is not used.
 """
@@ -17,6 +18,7 @@ from typing import Literal
 import numpy as np
 
 from jaxspatial.geometry import Camera, PointCloud, pad_to_bucket, sort_spatially
+from jaxspatial.perception.reconstruction import Reconstruction
 
 
 def _open3d():
@@ -115,3 +117,28 @@ def _tsdf(o3d, rgbd, intrinsics, poses, depths, cameras: Camera, voxel_size: flo
   for i in range(len(depths)):
     volume.integrate(rgbd(i), intrinsics[i], np.linalg.inv(poses[i]))
   return volume.extract_point_cloud()
+
+
+class RGBDReconstructor:
+  """Posed RGB-D views fused by Open3D (`reconstruct`: unproject or TSDF, voxel grid,
+  statistical outliers), returned as a `Reconstruction` like Pi3's, VGGT's and DA3's (the
+  depth's own cameras; no pixel index, the voxel grid merges pixels). Needs open3d."""
+
+  def __init__(self, *, voxel_size: float = 0.02, method: str = "unproject",
+               outlier_neighbors: int = 20, outlier_std_ratio: float = 2.0,
+               depth_max: float = 100.0):
+    self.options = dict(voxel_size=voxel_size, method=method,
+                        outlier_neighbors=outlier_neighbors,
+                        outlier_std_ratio=outlier_std_ratio, depth_max=depth_max)
+
+  def reconstruct(self, images_NxHxWx3, depths_NxHxW, cameras: Camera) -> Reconstruction:
+    if not isinstance(cameras, Camera):
+      raise TypeError(f"RGBDReconstructor.cameras: expected a Camera, got "
+                      f"{type(cameras).__name__}")
+    cloud = reconstruct(images_NxHxWx3, depths_NxHxW, cameras, **self.options)
+    valid = np.asarray(cloud.valid)
+    xyz, rgb = np.asarray(cloud.xyz)[valid], np.asarray(cloud.rgb)[valid]
+    return Reconstruction(xyz=xyz, rgb=rgb, valid=np.ones(len(xyz), bool),
+                          cameras_c2w=np.asarray(cameras.world_from_camera, np.float32),
+                          intrinsics=np.asarray(cameras.intrinsic_matrix, np.float32),
+                          image_size=tuple(np.shape(depths_NxHxW)[1:3]))

@@ -13,6 +13,7 @@ a fixed function of the seed and k.
 
 from __future__ import annotations
 
+import functools
 import json
 
 import jax
@@ -50,6 +51,51 @@ def load_policy(c):
   tok = tiny.tokenizer()
   return (tok, tiny.model(tok, c.model.family, c.seed, **model_options(c.model)),
           models.chat_format(c.model.chat_format))
+
+
+def make_judges(c, agent_name: str):
+  """(training judge, evaluation judge) of `c.judge`: host LLM judges through an
+  OpenAI-compatible endpoint, or (None, None) for the on-device rule judge. Think3D's
+  answers are option letters: no judge."""
+  block = c.judge
+  if not block.url or agent_name == "think3d":
+    return None, None
+  from jaxspatial.perception import judge  # pylint: disable=import-outside-toplevel
+  if not block.model:
+    raise ValueError(f"judge.url is {block.url!r} but judge.model is empty: name the model "
+                     "the endpoint serves")
+  endpoint = judge.ChatEndpoint(block.url, block.model, api_key_env=block.api_key_env,
+                                timeout_s=block.timeout_s, retries=block.retries,
+                                concurrency=block.concurrency,
+                                max_requests=block.max_requests or None)
+  if agent_name == "act3d":
+    return judge.act3d_training_judge(endpoint), judge.act3d_eval_judge(endpoint)
+  fallback = judge.peria_fallback_judge(endpoint)
+  return fallback, fallback
+
+
+def make_perception(c, tokenizer) -> tuple:
+  """`c.perception.tools` as TextTools: OCR tools on this host (PP-OCRv4), or the tools a
+  perception server at `c.perception.url` serves."""
+  block = c.perception
+  names = tuple(block.tools)
+  if not names:
+    return ()
+  from jaxspatial import perception  # pylint: disable=import-outside-toplevel
+  if block.url:
+    functions = perception.remote_tools(block.url, names=names, timeout_s=block.timeout_s,
+                                        retries=block.retries)
+  else:
+    from jaxspatial.perception import ocr  # pylint: disable=import-outside-toplevel
+    unknown = sorted(set(names) - set(ocr.TOOLS))
+    if unknown:
+      raise ValueError(f"perception.tools: {unknown} do not run on this host (it runs "
+                       f"{sorted(ocr.TOOLS)}); serve them and set perception.url")
+    backend = ocr.RapidOCRBackend()
+    functions = {name: functools.partial(ocr.TOOLS[name], backend=backend) for name in names}
+  return tuple(perception.TextTool(name, functions[name], tokenizer, block.max_tokens,
+                                   timeout_s=block.timeout_s, retries=block.retries)
+               for name in names)
 
 
 def data_source(c, split: str):
@@ -151,8 +197,9 @@ class TeacherData:
                          f"{question}")
       tasks.append(found[question][0])
     forced = recipe.run.forced([t for _, _, t in chosen])
+    # A replay's reward is unused: no judge requests (an LLM judge would bill every one).
     traj = recipe.run(recipe.model, _stack(tasks), jax.random.PRNGKey(step), forced=forced,
-                      mesh=recipe.mesh)
+                      judged=False, mesh=recipe.mesh)
     names = [f"{self.path}: scene {int(self.source[scene]['scene_seed'])} question {question}"
              for scene, question, _ in chosen]
     episode.check_replay(jax.tree.map(local_rows, traj), forced, names, recipe.tokenizer)
@@ -187,7 +234,15 @@ class AgentRecipe(Experiment):
     c = self.c
     self.mesh = mesh
     self.tokenizer, self.model, chat = load_policy(c)
+    tools = make_perception(c, self.tokenizer)
+    if tools:
+      if self.agent.name != "peria":
+        raise ValueError(f"perception.tools: only PERIA's agent calls perception tools, not "
+                         f"{self.agent.name}")
+      self.agent = self.agent.with_perception(tools)
+    judge, eval_judge = make_judges(c, self.agent.name)
     self.run = AgentRollout.create(self.agent, self.tokenizer, self.model, chat=chat,
+                                   judge=judge, eval_judge=eval_judge,
                                    prompt_tokens=c.data.prompt_tokens,
                                    cache_dtype=Precision.from_config(c.model).cache_dtype,
                                    **c.rollout)
@@ -283,7 +338,7 @@ class AgentRecipe(Experiment):
         take = np.minimum(np.arange(per_process), real - 1)
         tasks = jax.tree.map(lambda x: x[take], tasks)
       traj = self.run(self.model, tasks, jax.random.PRNGKey(0), temperature=0.0,
-                      mesh=self.mesh)
+                      mesh=self.mesh, evaluation=True)
       correct = local_rows(traj.reward_components[self.agent.accuracy_key])[:real] > 0
       np.add.at(counts, (meta["family"], 0), correct)
       np.add.at(counts, (meta["family"], 1), 1)

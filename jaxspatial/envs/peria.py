@@ -38,6 +38,12 @@ which, so the agent can answer with the public error message):
 An invalid call, and STOP, produce no image: the observation's image is all zeros and its
 index -1.
 
+Host text tools (`text_tools`: PERIA's perception tools, e.g. "text_ocr"; tool indices
+after the six) run outside the environment: a call names an image (`image_index`) and
+optionally a `bounding_box` on it; the environment checks and counts it like any call,
+appends no image, and sets `text_call`, so the agent's host tool fills `text_ids` /
+`text_mask` (`text_tokens` wide) with the result's tokens.
+
 Budget: `max_turns` model turns, of which the last must answer, so max_turns - 1 tool
 calls; `max_images` must hold the first image and one per call (max_images >= max_turns).
 """
@@ -85,8 +91,16 @@ class PeriaParams:
   splat_radius: int = struct.field(pytree_node=False, default=1)
   point_radius: float | None = struct.field(pytree_node=False, default=None)
   background: tuple[int, int, int] = struct.field(pytree_node=False, default=(255, 255, 255))
+  text_tools: tuple[str, ...] = struct.field(pytree_node=False, default=())
+  text_tokens: int = struct.field(pytree_node=False, default=0)
 
   def __post_init__(self):
+    if set(self.text_tools) & set(TOOLS) or len(set(self.text_tools)) < len(self.text_tools):
+      raise ValueError(f"PeriaParams.text_tools: expected distinct names outside {TOOLS}, "
+                       f"got {self.text_tools}")
+    if self.text_tools and self.text_tokens < 1:
+      raise ValueError(f"PeriaParams.text_tokens: text tools need a text width >= 1, got "
+                       f"{self.text_tokens}")
     if self.max_turns < 1:
       raise ValueError(f"PeriaParams.max_turns: expected at least 1, got {self.max_turns}")
     if self.max_images < self.max_turns:
@@ -148,6 +162,9 @@ class PeriaState:
   done: Array
   error: Array       # the last step's error, an index into ERRORS
   tool: Array        # the last step's tool (its error message names it)
+  text_call: Array   # the last step was a valid call of a host text tool
+  text_ids: Array    # [text_tokens] its result's tokens (the agent's host tool writes them)
+  text_mask: Array
 
 
 def apply_tool(image: Array, tool: Array, points_Kx2: Array, num_points: Array,
@@ -191,7 +208,9 @@ def reset(key: Array, task: Task, params: PeriaParams = PeriaParams()):
   images = jnp.zeros((params.max_images, params.height, params.width, 3), jnp.uint8)
   zero = jnp.zeros((), jnp.int32)
   state = PeriaState(task=task, images=images.at[0].set(image), count=zero + 1, calls=zero,
-                     done=~usable, error=zero, tool=zero)
+                     done=~usable, error=zero, tool=zero, text_call=jnp.zeros((), bool),
+                     text_ids=jnp.zeros(params.text_tokens, jnp.int32),
+                     text_mask=jnp.zeros(params.text_tokens, bool))
   return PeriaObservation(image=image, index=zero), state
 
 
@@ -230,14 +249,22 @@ def step(key: Array, state: PeriaState, action: PeriaAction,
   acting = attempt & ~state.done
   over_budget = acting & (state.calls >= params.max_turns - 1)
   limit = state.done | over_budget | (state.count >= params.max_images)
-  tool_known = (action.tool >= 0) & (action.tool < len(TOOLS))
-  own_argument = action.argument == jnp.asarray(TOOL_ARGUMENT)[
-      jnp.clip(action.tool, 0, len(TOOLS) - 1)]
+  is_text = (action.tool >= len(TOOLS)) & (action.tool < len(TOOLS) + len(params.text_tools))
+  tool_known = ((action.tool >= 0) & (action.tool < len(TOOLS))) | is_text
+  # A text tool takes an optional bounding box: no points, or a box's two.
+  box_argument = action.argument == ARGUMENTS.index("bounding_box")
+  own_argument = jnp.where(
+      is_text, (action.num_points == 0) | box_argument,
+      action.argument == jnp.asarray(TOOL_ARGUMENT)[jnp.clip(action.tool, 0, len(TOOLS) - 1)])
   index_ok = (action.image >= 0) & (action.image < state.count)
   low, high = _point_bounds(action.tool, params.max_path_points)
-  count_ok = (action.num_points >= low) & (action.num_points <= high)
+  count_ok = jnp.where(is_text, (action.num_points == 0) | (action.num_points == 2),
+                       (action.num_points >= low) & (action.num_points <= high))
   source = state.images[jnp.clip(action.image, 0, params.max_images - 1)]
   result, tool_ok = apply_tool(source, action.tool, action.points, action.num_points, params)
+  x1y1, x2y2 = action.points[0], action.points[1]
+  box_ok = (action.num_points == 0) | jnp.all(x1y1 < x2y2)
+  tool_ok = jnp.where(is_text, box_ok, tool_ok)
   error = jnp.select(
       [limit, ~is_call | ~tool_known | ~own_argument, ~index_ok,
        (action.tool == TOOLS.index("draw_path")) & ~count_ok, ~count_ok | ~tool_ok],
@@ -245,13 +272,16 @@ def step(key: Array, state: PeriaState, action: PeriaAction,
       NO_ERROR)
   error = jnp.where(attempt, error, NO_ERROR).astype(jnp.int32)
   valid = is_call & (error == NO_ERROR)
+  appended = valid & ~is_text
   slot = jnp.minimum(state.count, params.max_images - 1)
-  images = jnp.where(valid, state.images.at[slot].set(result), state.images)
+  images = jnp.where(appended, state.images.at[slot].set(result), state.images)
   done = state.done | is_stop | over_budget
-  new_state = PeriaState(task=state.task, images=images, count=state.count + valid,
+  new_state = PeriaState(task=state.task, images=images, count=state.count + appended,
                          calls=state.calls + acting.astype(jnp.int32), done=done, error=error,
-                         tool=action.tool)
-  obs = PeriaObservation(image=jnp.where(valid, result, jnp.zeros_like(result)),
-                         index=jnp.where(valid, state.count, -1))
+                         tool=action.tool, text_call=valid & is_text,
+                         text_ids=jnp.zeros_like(state.text_ids),
+                         text_mask=jnp.zeros_like(state.text_mask))
+  obs = PeriaObservation(image=jnp.where(appended, result, jnp.zeros_like(result)),
+                         index=jnp.where(appended, state.count, -1))
   invalid = attempt & ~valid
   return obs, new_state, jnp.zeros((), jnp.float32), done, {"invalid": invalid, "error": error}

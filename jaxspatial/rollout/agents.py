@@ -16,6 +16,10 @@ loop vmaps them.
                                       after this turn
   continue_on_format_error            (optional, False) a malformed turn gets a
                                       format-error message and the episode goes on
+  text_tokens, observation_text(env_state) -> (ids [text_tokens], mask)
+                                      (optional) the width of the observation's `{text}`
+                                      slot and its content after a step (a host tool's
+                                      tokenised result: PERIA's perception tools)
 
 `answer` is the content of the final turn's first <answer>...</answer> as bytes (-1
 padded); `answered` says the episode ended with a well-formed answer turn, `malformed`

@@ -240,6 +240,8 @@ def _answer_bytes(automaton: TokenAutomaton, tokens_T: Array, count: Array) -> A
 # than the hash of whatever image the environment returned).
 ANSWER_KEY, MALFORMED_KEY, REJECTED_KEY = (jnp.uint32(0x9E3779B1), jnp.uint32(0x85EBCA77),
                                            jnp.uint32(0xC2B2AE3D))
+# A text result's key (its text decides the match: `Trajectory.observation_text`).
+TEXT_KEY = jnp.uint32(0x27D4EB2F)
 
 
 def check_turn_budget(agent, config: RolloutConfig, automaton: TokenAutomaton | None = None
@@ -347,6 +349,7 @@ def rollout(model, agent, automaton: TokenAutomaton, template: ObservationTempla
   height, width = agent.image_size
   continue_on_format_error = bool(getattr(agent, "continue_on_format_error", False))
   shows_image = jnp.asarray([v.has_image for v in template.variants])
+  shows_text = jnp.asarray([v.text_gap >= 0 for v in template.variants])
   record = dict(
       images=jnp.zeros((batch, views + turns, height, width, 3), jnp.uint8).at[:, :views].set(
           prompt_images),
@@ -366,7 +369,9 @@ def rollout(model, agent, automaton: TokenAutomaton, template: ObservationTempla
       observation_hashes=jnp.zeros((batch, turns + 1), jnp.uint32).at[:, 0].set(
           jax.vmap(image_hash)(prompt_images[:, 0])),
       answer=jnp.full((batch, ANSWER_BYTES), -1, jnp.int32),
-      malformed=jnp.zeros(batch, bool))
+      malformed=jnp.zeros(batch, bool),
+      observation_text=jnp.zeros((batch, turns, template.text_tokens), jnp.int32),
+      observation_text_length=jnp.zeros((batch, turns), jnp.int32))
 
   def cond(carry):
     turn, running = carry[0], carry[1]
@@ -412,8 +417,17 @@ def rollout(model, agent, automaton: TokenAutomaton, template: ObservationTempla
     finishing = answered | ended_badly
     variant = _observation_variant(agent, rejected, retry, turn + 1 == turns - 1, env_state)
     step_key = jnp.where(answered, ANSWER_KEY, jnp.where(
-        format_error, MALFORMED_KEY, jnp.where(rejected, REJECTED_KEY,
-                                               jax.vmap(image_hash)(image))))
+        format_error, MALFORMED_KEY, jnp.where(rejected, REJECTED_KEY, jnp.where(
+            shows_text[variant], TEXT_KEY, jax.vmap(image_hash)(image)))))
+    if template.text_tokens:  # a host tool's tokenised result (PERIA's perception tools)
+      text = jax.vmap(agent.observation_text)(env_state)
+      text_used = shows_text[variant] & running
+      record = dict(
+          record,
+          observation_text=record["observation_text"].at[:, turn].set(
+              jnp.where(text_used[:, None], text[0], 0)),
+          observation_text_length=record["observation_text_length"].at[:, turn].set(
+              jnp.where(text_used, jnp.sum(text[1], -1), 0)))
 
     at = lambda array, value: array.at[:, turn].set(value)
     record = dict(
@@ -437,7 +451,11 @@ def rollout(model, agent, automaton: TokenAutomaton, template: ObservationTempla
         answer=jnp.where(finishing[:, None], answer_now, record["answer"]),
         malformed=record["malformed"] | ended_badly)
 
-    ids, mask = jax.vmap(lambda n, v: observation_tokens(template, n, v))(numbers, variant)
+    if template.text_tokens:
+      ids, mask = jax.vmap(lambda n, v, t: observation_tokens(template, n, v, t))(
+          numbers, variant, text)
+    else:
+      ids, mask = jax.vmap(lambda n, v: observation_tokens(template, n, v))(numbers, variant)
     mask = mask & continuing[:, None]
 
     def observe(args):
@@ -496,7 +514,8 @@ def rollout(model, agent, automaton: TokenAutomaton, template: ObservationTempla
       observation_numbers=record["observation_numbers"],
       observation_variant=record["observation_variant"],
       observation_hashes=record["observation_hashes"], answer=record["answer"], reward=reward,
-      reward_components=components)
+      reward_components=components, observation_text=record["observation_text"],
+      observation_text_length=record["observation_text_length"])
 
 
 @functools.lru_cache(maxsize=16)

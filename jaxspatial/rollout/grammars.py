@@ -128,23 +128,29 @@ def _peria_points(max_points: int, scale: int, coordinates: str):
 
 @functools.lru_cache(maxsize=None)  # one Grammar (and so one compiled DFA) per setting
 def peria(max_images: int = 10, scale: int = 1000, max_points: int = 8,
-          coordinates: str = "list") -> Grammar:
+          coordinates: str = "list", text_tools: tuple[str, ...] = ()) -> Grammar:
   """{"name": tool, "arguments": {"image_index": k, ARGUMENT: [x1, y1, ...]}} with the
   public tools' argument names: "bounding_box" (image_crop, bounding_box,
   image_highlight), "coordinates" (draw_line), "points" (draw_path), or "text": "...",
   "position" (image_label; the text has no '"'). Fields: tool, image_index, argument
   (the key written: the environment rejects one that is not the tool's, as the public
   server fails on an unexpected keyword), and x{k}, y{k} per point slot; a call's point
-  count is the number of x fields present. `coordinates`: PERIA_COORDINATES."""
+  count is the number of x fields present. `coordinates`: PERIA_COORDINATES.
+  `text_tools`: host perception tools after the six (e.g. "text_ocr"), called with
+  `image_index` and an optional "bounding_box": with them the argument is optional for
+  every tool (the environment rejects an interaction tool without its own)."""
   if coordinates not in PERIA_COORDINATES:
     raise ValueError(f"grammars.peria: coordinates must be one of {PERIA_COORDINATES}, got "
                      f"{coordinates!r}")
   argument = Enum("argument", tuple(f'"{a}"'.encode() for a in PERIA_ARGUMENTS), tuple(
       seq(WS, ":", WS, '"', TextWithout(b'"'), '"', WS, ",", WS, '"position"')
       if a == "text" else seq() for a in PERIA_ARGUMENTS))
-  arguments = _comma(_key("image_index", Number("image_index", 0, max_images - 1)),
-                     seq(argument, WS, ":", WS, _peria_points(max_points, scale, coordinates)))
-  name = seq('"', Enum("tool", tuple(t.encode() for t in PERIA_TOOLS)), '"')
+  index = _key("image_index", Number("image_index", 0, max_images - 1))
+  points = seq(argument, WS, ":", WS, _peria_points(max_points, scale, coordinates))
+  arguments = (seq(index, optional(seq(WS, ",", WS, points))) if text_tools
+               else _comma(index, points))
+  name = seq('"', Enum("tool", tuple(t.encode() for t in PERIA_TOOLS + tuple(text_tools))),
+             '"')
   root = seq(THINK, _call_or_answer("<action>", _json_call(name, arguments), "</action>"))
   return Grammar("peria", root, (b"</action>", b"</answer>"))
 

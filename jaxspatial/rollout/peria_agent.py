@@ -46,9 +46,13 @@ PERIA_FORMAT_ERROR = _user_turn('Error: Could not parse action. Expected format:
                                 '<action>{"name": "tool_name", "arguments": {...}}</action>')
 PERIA_OBSERVATIONS = (PERIA_OBSERVATION, PERIA_INVALID_INDEX, PERIA_PATH_POINTS,
                       *PERIA_INVALID_ARGUMENTS, PERIA_INVALID_CALL, PERIA_FORMAT_ERROR)
+# A perception tool's result: its host tool writes the whole text ("Tool executed
+# successfully.\nResult: {...}", or its error), tokenised into the slot.
+PERIA_TEXT_RESULT = _user_turn("{text}")
 SUCCESS_VARIANT, INDEX_VARIANT, PATH_POINTS_VARIANT, ARGUMENTS_VARIANT = 0, 1, 2, 3
 INVALID_CALL_VARIANT = ARGUMENTS_VARIANT + len(peria.TOOLS)
 FORMAT_ERROR_VARIANT = INVALID_CALL_VARIANT + 1
+TEXT_VARIANT = FORMAT_ERROR_VARIANT + 1  # only with perception tools
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,12 +65,16 @@ class PeriaAgent(turns.AnswerTurns):
   goes on, as in the public environment (False: it ends the episode as malformed).
   coordinate_format: how calls write coordinates, "list" ([420, 310, 680, 590], the paper's
   example) or "boxed" (the public declarations' strings "\\\\boxed{420,310,680,590}",
-  "(x,y)"); see `grammars.peria`."""
+  "(x,y)"); see `grammars.peria`.
+  perception: host perception tools (`jaxspatial.perception.TextTool`, e.g. "text_ocr"),
+  called with `image_index` and an optional `bounding_box`; their text results are the
+  observation (`with_perception`)."""
   params: peria.PeriaParams = peria.PeriaParams()
   continue_on_format_error: bool = True
   coordinate_format: str = "list"
   system_prompt: str = prompts.PERIA_SYSTEM
   prefill: str = ""   # the chat template's reply opening (turns.AnswerTurns)
+  perception: tuple = ()
 
   name: ClassVar[str] = "peria"
   accuracy_key: ClassVar[str] = "correct"
@@ -83,8 +91,9 @@ class PeriaAgent(turns.AnswerTurns):
   def first_prompts(self, tokenizer, tasks, image_tokens: int, length: int | None = None):
     """(ids, mask): "Observation 0:" before the image, then the question (the public
     pipeline's first user message)."""
-    texts = [prompts.peria_prompt(self.system_prompt, decode_text(q), image_tokens,
-                                  self.prefill) for q in tasks.question_ids]
+    system = self.system_prompt + prompts.peria_perception_text(self.params.text_tools)
+    texts = [prompts.peria_prompt(system, decode_text(q), image_tokens, self.prefill)
+             for q in tasks.question_ids]
     return prompts.left_padded(tokenizer, texts, length)
 
   def host_rewards(self, rows, tokenizer):
@@ -99,13 +108,23 @@ class PeriaAgent(turns.AnswerTurns):
     `image_index`, `points` [(x, y), ...] on the 0..scale grid written to the tool's argument
     (image_label: `label` and its position). Coordinates as `coordinate_format` says. Which
     point counts a tool takes is the environment's to check."""
-    if tool not in grammars.PERIA_TOOLS:
-      raise ValueError(f"PERIA tool: expected one of {grammars.PERIA_TOOLS}, got {tool!r}")
+    names = grammars.PERIA_TOOLS + self.params.text_tools
+    if tool not in names:
+      raise ValueError(f"PERIA tool: expected one of {names}, got {tool!r}")
     if not 0 <= int(image_index) < self.params.max_images:
       raise ValueError(f"PERIA image_index: expected 0..{self.params.max_images - 1}, got "
                        f"{image_index!r}")
     flat = [int(v) for xy in points for v in xy]
     scale = int(self.params.scale)
+    if tool in self.params.text_tools:
+      arguments = {"image_index": int(image_index)}
+      if flat:
+        if len(flat) != 4 or not all(0 <= v <= scale for v in flat):
+          raise ValueError(f"PERIA {tool}: expected no points or a box's two in 0..{scale}, "
+                           f"got {points!r}")
+        arguments["bounding_box"] = flat if self.coordinate_format == "list" else (
+            "\\boxed{" + ",".join(map(str, flat)) + "}")
+      return turns.call("<action>", "</action>", thought, tool, arguments)
     if (not flat or len(flat) % 2 or len(flat) > 2 * self.params.max_path_points
         or not all(0 <= v <= scale for v in flat)):
       raise ValueError(f"PERIA points: expected 1..{self.params.max_path_points} (x, y) pairs "
@@ -127,12 +146,35 @@ class PeriaAgent(turns.AnswerTurns):
     if self.coordinate_format not in grammars.PERIA_COORDINATES:
       raise ValueError(f"PeriaAgent.coordinate_format: expected one of "
                        f"{grammars.PERIA_COORDINATES}, got {self.coordinate_format!r}")
+    names = tuple(t.name for t in self.perception)
+    if names != self.params.text_tools or any(
+        t.max_tokens != self.params.text_tokens for t in self.perception):
+      raise ValueError(f"PeriaAgent.perception {names} must match PeriaParams.text_tools "
+                       f"{self.params.text_tools} and their width text_tokens "
+                       f"{self.params.text_tokens}: build it with with_perception")
+
+  def with_perception(self, tools) -> "PeriaAgent":
+    """This agent with host perception tools (TextTools of one `max_tokens`)."""
+    tools = tuple(tools)
+    widths = {t.max_tokens for t in tools}
+    if len(widths) > 1:
+      raise ValueError(f"PeriaAgent.with_perception: the tools' max_tokens differ: {widths}")
+    params = self.params.replace(text_tools=tuple(t.name for t in tools),
+                                 text_tokens=widths.pop() if widths else 0)
+    return dataclasses.replace(self, params=params, perception=tools)
+
+  @property
+  def text_tokens(self) -> int:
+    return self.params.text_tokens
+
+  def observation_text(self, state):
+    return state.text_ids, state.text_mask
 
   @functools.cached_property
   def grammar(self) -> Grammar:
     return self.turn_grammar(grammars.peria(self.params.max_images, int(self.params.scale),
                                             self.params.max_path_points,
-                                            self.coordinate_format))
+                                            self.coordinate_format, self.params.text_tools))
 
   @property
   def image_size(self) -> tuple[int, int]:
@@ -144,7 +186,8 @@ class PeriaAgent(turns.AnswerTurns):
 
   @property
   def observation(self) -> tuple[str, ...]:
-    return tuple(map(self.opened, PERIA_OBSERVATIONS))
+    texts = PERIA_OBSERVATIONS + ((PERIA_TEXT_RESULT,) if self.perception else ())
+    return tuple(map(self.opened, texts))
 
   def observation_variant(self, invalid, format_error, next_is_final, env_state=None):
     """The message after a turn: the format error, the error of the call the environment
@@ -159,8 +202,11 @@ class PeriaAgent(turns.AnswerTurns):
                               INDEX_VARIANT, PATH_POINTS_VARIANT])
       rejected = by_error[env_state.error] + jnp.where(
           env_state.error == peria.ERROR_ARGUMENTS, tool, 0)
+    success = SUCCESS_VARIANT
+    if self.perception and env_state is not None:
+      success = jnp.where(env_state.text_call, TEXT_VARIANT, SUCCESS_VARIANT)
     return jnp.where(format_error, FORMAT_ERROR_VARIANT,
-                     jnp.where(invalid, rejected, SUCCESS_VARIANT)).astype(jnp.int32)
+                     jnp.where(invalid, rejected, success)).astype(jnp.int32)
 
   def reset(self, key, task):
     obs, state = peria.reset(key, task, self.params)
@@ -177,8 +223,24 @@ class PeriaAgent(turns.AnswerTurns):
         tool=value("tool").astype(jnp.int32), image=value("image_index").astype(jnp.int32),
         argument=value("argument").astype(jnp.int32), points=points,
         num_points=jnp.sum(written.astype(jnp.int32)))
+    source = state.images[jnp.clip(action.image, 0, self.params.max_images - 1)]
     obs, state, _, done, info = peria.step(key, state, action, self.params)
+    if self.perception:
+      state = self._perceive(state, action, source)
     return obs.image, obs.index[None].astype(jnp.float32), state, info["invalid"], done
+
+  def _perceive(self, state, action, source):
+    """The called perception tool's text for a valid text call (one host call per tool
+    and batch under vmap; rows that did not call it are skipped on the host)."""
+    box = action.points[:2].reshape(4)
+    has_box = action.num_points == 2
+    ids, mask = state.text_ids, state.text_mask
+    for j, tool in enumerate(self.perception):
+      called = state.text_call & (action.tool == len(peria.TOOLS) + j)
+      tool_ids, tool_mask = tool(source, box, has_box, called)
+      ids = jnp.where(called, tool_ids, ids)
+      mask = jnp.where(called, tool_mask, mask)
+    return state.replace(text_ids=ids, text_mask=mask)
 
   def reward(self, state, task, answer_bytes, answered, malformed, judge=None):
     del malformed  # a truncated episode (calls, no answer) scores 0, a broken one -1
@@ -187,7 +249,7 @@ class PeriaAgent(turns.AnswerTurns):
     references = task.answer_ids  # [R, La]: any annotated answer
     rule = jnp.any((references[:, 0] >= 0) & jax.vmap(
         lambda r: device_text.rule_judge(prediction, r))(references))
-    verdict = rule if judge is None else judge
+    verdict = rule if judge is None else rule | judge  # the LLM judge is the fallback
     correct = answered & jnp.where(task.answer_choice >= 0,
                                    (letter >= 0) & (letter == task.answer_choice), verdict)
     reward = peria_reward(answered, state.calls, correct)

@@ -63,6 +63,14 @@ PERIA_SYSTEM = (
     "image_index, text and position [x, y].")
 
 
+def peria_perception_text(tools) -> str:
+  """The system prompt's sentence on PERIA's perception tools, when the agent has them."""
+  if not tools:
+    return ""
+  return (" The perception tools " + ", ".join(tools) + " take image_index and an optional "
+          "bounding_box [x1, y1, x2, y2]; they return text (JSON) instead of an image.")
+
+
 def chat_prompt(system: str, user: str, image_tokens: int, num_images: int = 1,
                 prefill: str = "") -> str:
   """A system message, a user turn (the images, then `user`), and the reply opened (with

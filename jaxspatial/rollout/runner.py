@@ -30,11 +30,15 @@ class AgentRollout:
   config: episode.RolloutConfig
   image_tokens: int
   prompt_tokens: int | None = None   # first prompts left-padded to this length
+  # Host judges (LLM judges through `jaxspatial.perception.judge`; None: the agent's rule
+  # judge on device): of the sampled rollouts, and of greedy evaluation (default: judge).
+  judge: Any = None
+  eval_judge: Any = None
 
   @classmethod
   def create(cls, agent, tokenizer, model, prompt_tokens: int | None = None,
              cache_dtype: str = "float32", chat: ChatFormat | None = None,
-             **settings) -> "AgentRollout":
+             judge=None, eval_judge=None, **settings) -> "AgentRollout":
     """`settings` are `RolloutConfig` fields (max_turns, temperature, ...); the pad token
     comes from the tokenizer. `chat` (default: Qwen's instruct layout) is the policy's chat
     format: its prefill opens every reply (the agent's `prefill`), its stop tokens end a
@@ -51,8 +55,10 @@ class AgentRollout:
     # At setup, not at the first rollout: a budget below the grammar's shortest turn would
     # otherwise surface only once the trainer has compiled and sampled.
     episode.check_turn_budget(agent, config, automaton)
-    template = observation.compile_template(tokenizer, agent.observation, image_tokens)
-    return cls(agent, tokenizer, automaton, template, config, image_tokens, prompt_tokens)
+    template = observation.compile_template(tokenizer, agent.observation, image_tokens,
+                                            text_tokens=getattr(agent, "text_tokens", 0))
+    return cls(agent, tokenizer, automaton, template, config, image_tokens, prompt_tokens,
+               judge, eval_judge)
 
   def prompts(self, tasks) -> tuple[np.ndarray, np.ndarray]:
     return self.agent.first_prompts(self.tokenizer, tasks, self.image_tokens,
@@ -71,14 +77,18 @@ class AgentRollout:
     return episode.forced_tokens(self.tokenizer, scripts, self.config)
 
   def __call__(self, model, tasks, key, forced=None, prompt_ids=None, prompt_mask=None,
-               temperature: float | None = None, mesh=None):
+               temperature: float | None = None, mesh=None, evaluation: bool = False,
+               judged: bool = True):
     """Compiled rollouts of `tasks` (this process's rows: with `mesh`, one global batch over
-    ('data', 'fsdp')). Prompts are built from the tasks unless given."""
+    ('data', 'fsdp')). Prompts are built from the tasks unless given. `evaluation`: judged
+    by `eval_judge`; `judged=False`: by the agent's rule judge (no host judge requests:
+    replays whose reward is unused)."""
     if prompt_ids is None:
       prompt_ids, prompt_mask = self.prompts(tasks)
     config = self.config if temperature is None else dataclasses.replace(
         self.config, temperature=temperature)
-    run = episode.compile_rollout(self.agent, self.template, config)
+    judge = None if not judged else (self.eval_judge or self.judge) if evaluation else self.judge
+    run = episode.compile_rollout(self.agent, self.template, config, judge)
     inputs = (tasks, prompt_ids, prompt_mask) + (() if forced is None else (forced,))
     if mesh is not None:
       inputs = global_batch(inputs, mesh)

@@ -40,6 +40,9 @@ class Trajectory:
     (OR-GIGPO's step groups): the hash of the view a call produced; distinct constant keys
     for answers, malformed turns and rejected calls (`episode.ANSWER_KEY`, ...); 0 for turns
     not taken. Index 0 is the first prompt view's hash.
+  observation_text, observation_text_length [B, T, W], [B, T]: a host tool's text result
+    after each turn (its token ids, first `length` real; W is the template's text slot,
+    0 without one): OR-GIGPO matches text steps by their similarity.
   answer [B, A] int32: the answer's bytes (-1 padded), as scored.
   reward [B], reward_components: name -> [B].
   """
@@ -64,6 +67,8 @@ class Trajectory:
   answer: Array
   reward: Array
   reward_components: dict
+  observation_text: Array = None
+  observation_text_length: Array = None
 
   @property
   def answered(self) -> Array:

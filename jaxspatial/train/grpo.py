@@ -63,9 +63,14 @@ def advantages(trajectory, rewards_B: Array, config: AdvantageConfig) -> Array:
   step_rewards = jnp.where(jnp.arange(turns)[None] == last[:, None], rewards_B[:, None], 0.0)
   hashes = trajectory.observation_hashes[:, 1:]       # the view each turn produced
   shape = (prompts, config.group_size, turns)
+  text = getattr(trajectory, "observation_text", None)
+  texts = {}
+  if text is not None and text.shape[-1]:  # host tools' text results: matched by similarity
+    texts = dict(text_ids_PxGxTxN=text.reshape(shape + text.shape[-1:]),
+                 text_lens_PxGxT=trajectory.observation_text_length.reshape(shape))
   step = or_gigpo_advantages(rewards_PxG, step_rewards.reshape(shape), valid.reshape(shape),
                              hashes.reshape(shape), gamma=config.gamma, omega=config.omega,
-                             delta=config.delta, ddof=config.ddof, eps=config.eps)
+                             delta=config.delta, ddof=config.ddof, eps=config.eps, **texts)
   return token_advantages(step.reshape(batch, turns), token_turns(trajectory))
 
 

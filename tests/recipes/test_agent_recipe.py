@@ -86,3 +86,38 @@ def test_think3d_recipe_from_a_pretrained_folder_trains_evaluates_and_resumes(tm
   evaluated = recipes.evaluate(config, split="validation")
   assert evaluated["step"] == 5 and evaluated["policy"]["all"]["n"] == 16
 
+
+
+@pytest.mark.recipe_checks  # 60 SFT steps: the tiny policy must answer (about 4 minutes)
+def test_act3d_recipe_scores_answers_with_a_served_llm_judge(tmp_path, data_dir):
+  """Act3D's R_judge from an OpenAI-compatible endpoint started here (it answers CORRECT to
+  every request): the RL rollouts ask the training judge (temperature 0.1, 64 tokens), the
+  evaluation the evaluation judge (0, 4 tokens), and the verdicts are the accuracy."""
+  from configs import act3d_grpo  # pylint: disable=import-outside-toplevel
+  from tests.perception.chat_server import ChatServer  # pylint: disable=import-outside-toplevel
+  config = _small(act3d_grpo.get_config("cpu"), tmp_path / "run", data_dir)
+  config.sft.update(steps=60, batch=8)  # enough for the tiny policy to answer
+  config.snapshot_every = 0
+  config.rollout.temperature = 0.1  # near-greedy RL rollouts answer as the evaluation does
+  config.rl.update(steps=1, prompts=2)
+  config.eval.update(batch=16, tasks=16)
+  with ChatServer() as server:
+    server.reply_body = json.dumps({"choices": [{"index": 0, "message": {
+        "role": "assistant", "content": "CORRECT"}}]}).encode()
+    config.judge.update(url=server.base_url, model="judge-model")
+    results = recipes.train(config)
+  bodies = [r["body"] for r in server.requests]
+  assert bodies and all(b["model"] == "judge-model" for b in bodies)
+  training = [b for b in bodies if b["temperature"] == 0.1]
+  evaluation = [b for b in bodies if b["temperature"] == 0]
+  assert len(training) + len(evaluation) == len(bodies)
+  assert training and evaluation  # (teacher replays in SFT ask no judge)
+  assert all(b["max_tokens"] == 64 for b in training) and all(
+      b["max_tokens"] == 4 for b in evaluation)
+  # Every evaluated episode with a prediction was judged CORRECT; the rest (no request) 0.
+  judged = sum(round(results[when]["all"]["accuracy"] * results[when]["all"]["n"])
+               for when in ("sft", "final"))
+  assert judged == len(evaluation)
+  steps = read_jsonl(tmp_path / "run" / "metrics.jsonl")
+  rl = [s for s in steps if "rl/accuracy" in s][-1]
+  assert rl["rl/accuracy"] == pytest.approx(len(training) / (2 * config.advantage.group_size))

@@ -16,6 +16,9 @@ import recipes
 from configs import demo
 from jaxspatial.train import read_jsonl
 
+# About 5 CPU-minutes; `make train-checks` runs it with every recipe's fault checks.
+pytestmark = pytest.mark.recipe_checks
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SMALL = {"model.hidden": 64, "model.intermediate": 128, "model.layers": 1,
          "model.vision_hidden": 32, "model.vocab": 500, "scene.points": 2000,

@@ -1,0 +1,150 @@
+"""Perception tools inside the compiled rollout: a PERIA episode calls `text_ocr` (the real
+PP-OCRv4 model on the host) and its observation holds the recognised text; a rollout with
+a host tool on 8 fake CPU devices equals the single-device rollout."""
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+from flax import nnx
+
+from jaxspatial.envs import peria
+from jaxspatial.envs.task import Task
+from jaxspatial.geometry import Camera, PointCloud
+from jaxspatial.models.qwen2_5_vl.model import Qwen25VL
+from jaxspatial.perception import TextTool
+from jaxspatial.rollout import AgentRollout, agents, peria_agent, tiny
+
+WIDTH, HEIGHT, HFOV = 256, 96, 60.0
+WORDS = "EXIT 24"
+
+
+def sign_task(words: str = WORDS) -> Task:
+  """A scene that is a sign: one point per pixel of a PIL-rendered text image, on a plane
+  2 m in front of the initial camera, so its render shows the text."""
+  from PIL import Image, ImageDraw, ImageFont  # pylint: disable=import-outside-toplevel
+  image = Image.new("RGB", (WIDTH, HEIGHT), "white")
+  ImageDraw.Draw(image).text((24, 22), words, fill="black", font=ImageFont.load_default(size=44))
+  rgb = np.asarray(image).reshape(-1, 3)
+  camera = Camera.from_fov(HFOV, WIDTH, HEIGHT, np.eye(4, dtype=np.float32))
+  fx, cx, cy = float(camera.fx), float(camera.cx), float(camera.cy)
+  v, u = np.mgrid[0:HEIGHT, 0:WIDTH].astype(np.float32)
+  depth = 2.0
+  xyz = np.stack([(u + 0.5 - cx) / fx * depth, (v + 0.5 - cy) / fx * depth,
+                  np.full_like(u, depth)], -1).reshape(-1, 3)
+  cameras = jax.tree.map(lambda x: x[None], camera)
+  return Task.create(PointCloud.create(xyz, rgb), cameras, answer_ids=list(b"24"),
+                     max_answer_tokens=16)
+
+
+def _stack(tasks):
+  return jax.tree.map(lambda *x: np.stack(x), *tasks)
+
+
+@pytest.fixture(scope="module")
+def policy():
+  tok = tiny.tokenizer()
+  return tok, Qwen25VL(tiny.model_config(tok), rngs=nnx.Rngs(1))
+
+
+def test_a_peria_episode_reads_the_scene_text_with_the_real_ocr(policy):
+  from jaxspatial.perception import ocr  # pylint: disable=import-outside-toplevel
+  tok, model = policy
+  backend = ocr.RapidOCRBackend()
+  reads = []
+
+  def read(image, box):
+    reads.append(box)
+    return ocr.text_ocr(image, box, backend=backend)
+  tool = TextTool("text_ocr", read, tok, max_tokens=64, timeout_s=120)
+  params = peria.PeriaParams(width=WIDTH, height=HEIGHT, hfov_deg=HFOV, max_images=3,
+                             max_turns=3, splat_radius=0)
+  agent = agents.PeriaAgent(params).with_perception([tool])
+  run = AgentRollout.create(agent, tok, model, max_turns=3, max_turn_tokens=96,
+                            temperature=0.0)
+  tasks = _stack([sign_task(), sign_task()])
+  scripts = [[agent.call_turn("read it", "text_ocr", 0, ()), agent.answer_turn("ok", "24")],
+             [agent.call_turn("read the left half", "text_ocr", 0, [(0, 0), (330, 1000)]),
+              agent.answer_turn("ok", "24")]]
+  traj = jax.device_get(run(model, tasks, jax.random.PRNGKey(0), forced=run.forced(scripts)))
+  assert traj.turn_valid[:, :2].all() and traj.turn_answer[:, 1].all()
+  assert (traj.observation_variant[:, 0] == peria_agent.TEXT_VARIANT).all()
+  # The render is the sign; the observation after the call is the tool's text for it.
+  expected = [ocr.text_ocr(np.asarray(traj.images[0, 0]), None, backend=backend),
+              ocr.text_ocr(np.asarray(traj.images[1, 0]), [0, 0, 330, 1000], backend=backend)]
+  for b in range(2):
+    start, end = traj.turn_end[0], traj.turn_start[1]
+    message = tok.decode(traj.tokens[b, start:end][traj.attention_mask[b, start:end]])
+    assert expected[b] in message, (message, expected[b])
+  print("text_ocr observations:", expected)
+  assert "EXIT" in expected[0] and "24" in expected[0]
+  assert "24" not in expected[1]  # the box holds the left word only
+  assert not traj.image_given[:, 1].any()  # a text result adds no image
+  # One host call per turn for the batch; the model runs for the rows that called it.
+  assert tool.stats()["tools/text_ocr/calls"] == 2 and reads == [None, [0.0, 0.0, 330.0, 1000.0]]
+
+
+WORKER = r"""
+import jax, jax.numpy as jnp, numpy as np
+from flax import nnx
+from jaxspatial.envs import peria
+from jaxspatial.models.qwen2_5_vl.model import Qwen25VL
+from jaxspatial.models.sharding import make_mesh
+from jaxspatial.perception import TextTool
+from jaxspatial.rollout import AgentRollout, agents, tiny
+from data_pipelines.synthetic import episodes
+
+assert len(jax.devices()) == 8
+tok = tiny.tokenizer()
+plain = Qwen25VL(tiny.model_config(tok), rngs=nnx.Rngs(1))
+mesh = make_mesh(data=4, fsdp=2, tensor=1)
+with jax.set_mesh(mesh):
+  sharded = Qwen25VL(tiny.model_config(tok), rngs=nnx.Rngs(2))
+  state = nnx.state(sharded, nnx.Param)
+  values = jax.tree.map(lambda x, s: jax.device_put(np.asarray(x), s.sharding),
+                        nnx.to_pure_dict(nnx.state(plain, nnx.Param)), nnx.to_pure_dict(state))
+  nnx.replace_by_pure_dict(state, values)
+  nnx.update(sharded, state)
+
+calls = []
+def describe(image, box):
+  calls.append(box)
+  x0, x1 = (0, image.shape[1]) if box is None else (int(box[0] * image.shape[1] / 1000),
+                                                     int(box[2] * image.shape[1] / 1000))
+  part = image[:, x0:max(x1, x0 + 1)]
+  return "Tool executed successfully.\nResult: " + str(part.reshape(-1, 3).mean(0).round(1).tolist())
+tool = TextTool("text_ocr", describe, tok, max_tokens=40)
+params = peria.PeriaParams(width=56, height=56, max_images=3, max_turns=3)
+agent = agents.PeriaAgent(params).with_perception([tool])
+run = AgentRollout.create(agent, tok, plain, max_turns=3, max_turn_tokens=96, temperature=0.0)
+tasks, _ = episodes.act3d_tasks(8, seed=5, points=4000)
+scripts = [[agent.call_turn("r", "text_ocr", 0, () if b % 2 else [(0, 0), (500 + 50 * b, 1000)])]
+           for b in range(8)]
+forced = run.forced(scripts)
+key = jax.random.PRNGKey(3)
+one = jax.device_get(run(plain, tasks, key, forced=forced))
+many = jax.device_get(run(sharded, tasks, key, forced=forced, mesh=mesh))
+np.testing.assert_array_equal(one.attention_mask, many.attention_mask)
+np.testing.assert_array_equal(np.where(one.attention_mask, one.tokens, -1),
+                              np.where(many.attention_mask, many.tokens, -1))
+np.testing.assert_allclose(one.logprobs, many.logprobs, atol=1e-5)
+np.testing.assert_array_equal(one.turn_valid, many.turn_valid)
+np.testing.assert_allclose(one.reward, many.reward, atol=1e-6)
+assert one.turn_valid[:, 0].all() and len(calls) == 16, len(calls)
+print("host-tool rollout on 8 devices equals one device; host calls", len(calls))
+"""
+
+
+@pytest.mark.multidevice
+def test_a_rollout_with_a_host_tool_on_8_devices_equals_one_device():
+  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
+             JAX_PLATFORMS="cpu")
+  root = pathlib.Path(__file__).resolve().parents[2]
+  result = subprocess.run([sys.executable, "-c", WORKER], env=env, cwd=root,
+                          capture_output=True, text=True, timeout=900)
+  assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+  assert "equals one device" in result.stdout
