@@ -85,6 +85,7 @@ bench: $(DEV_STAMP) system-deps
 	$(PY) -m benchmarks.loading_bench
 	$(PY) -m benchmarks.rollout_bench
 	$(PY) -m benchmarks.train_bench
+	$(PY) -m benchmarks.perception_bench
 
 device-bench: $(DEV_STAMP) system-deps
 	$(PY) -m benchmarks.device_suite

@@ -13,8 +13,8 @@ Cost on a 2-core CPU: about a minute. Rows:
               through `text_ocr`, images per second, against the same engine called
               directly (the tool's JSON and crop on top of the model)
   judge       Act3D's LLM judge against a local OpenAI-compatible server (the tests' rule
-              server on 127.0.0.1: it answers at once, so this is the client's own cost and
-              its concurrency), requests per second with one request in flight against
+              server on 127.0.0.1, answering after `--judge-latency-s`, a short judge
+              generation), requests per second with one request in flight against
               `--concurrency` in flight
 """
 
@@ -76,22 +76,22 @@ def ocr_rows(count: int):
            "images/s: engine | text_ocr")]
 
 
-def judge_rows(requests: int, concurrency: int):
+def judge_rows(requests: int, concurrency: int, latency_s: float):
   from jaxspatial.perception import judge  # pylint: disable=import-outside-toplevel
   from tests.perception.chat_server import ChatServer  # pylint: disable=import-outside-toplevel
   questions = [f"What is on table {i}?" for i in range(requests)]
   predictions = ["a red mug" if i % 2 else "blue vase" for i in range(requests)]
   references = [["red mug", "a red cup"]] * requests
   out = []
-  with ChatServer() as server:
+  with ChatServer(delay_s=latency_s) as server:
     for inflight in (1, concurrency):
       endpoint = judge.ChatEndpoint(server.base_url, "rule-judge", concurrency=inflight)
       scorer = judge.act3d_eval_judge(endpoint)
       start = time.perf_counter()
       scorer.judge_texts(questions, predictions, references)
       out.append(time.perf_counter() - start)
-  return [(f"judge {requests} requests", requests / out[0], requests / out[1],
-           f"requests/s: 1 | {concurrency} in flight")]
+  return [(f"judge {requests} requests, {latency_s * 1e3:.0f} ms each", requests / out[0],
+           requests / out[1], f"requests/s: 1 | {concurrency} in flight")]
 
 
 def main(argv=None) -> None:
@@ -100,6 +100,7 @@ def main(argv=None) -> None:
   parser.add_argument("--ocr-images", type=int, default=8)
   parser.add_argument("--judge-requests", type=int, default=64)
   parser.add_argument("--concurrency", type=int, default=16)
+  parser.add_argument("--judge-latency-s", type=float, default=0.05)
   args = parser.parse_args(argv)
   rows = callback_rows([int(b) for b in args.batches.split(",")])
   print("| part | baseline | with perception | note |")
@@ -108,7 +109,8 @@ def main(argv=None) -> None:
     print(f"| {name} | {base:.2f} ms | {value:.2f} ms | {note} |", flush=True)
   for name, base, value, note in ocr_rows(args.ocr_images):
     print(f"| {name} | {base:.2f} | {value:.2f} | {note} |", flush=True)
-  for name, base, value, note in judge_rows(args.judge_requests, args.concurrency):
+  for name, base, value, note in judge_rows(args.judge_requests, args.concurrency,
+                                            args.judge_latency_s):
     print(f"| {name} | {base:.1f} | {value:.1f} | {note} |", flush=True)
 
 

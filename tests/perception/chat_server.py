@@ -54,6 +54,12 @@ def read_case(prompt: str) -> dict | None:
           "prediction": lines[k][len(label):]}
 
 
+class _Server(http.server.ThreadingHTTPServer):
+  daemon_threads = True
+  block_on_close = False
+  request_queue_size = 128  # the listen backlog is set at bind: concurrent clients connect at once
+
+
 class ChatServer:
   """`with ChatServer() as server:` ... `server.base_url` ("http://127.0.0.1:PORT/v1")."""
 
@@ -74,10 +80,7 @@ class ChatServer:
       def do_POST(self):  # pylint: disable=invalid-name
         owner._handle(self)
 
-    self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    self._server.daemon_threads = True
-    self._server.block_on_close = False
-    self._server.request_queue_size = 64
+    self._server = _Server(("127.0.0.1", 0), Handler)
     self._thread = None
 
   @property
