@@ -98,6 +98,26 @@ def make_perception(c, tokenizer) -> tuple:
                for name in names)
 
 
+def host_metrics(run, traj) -> dict:
+  """The host tools' and the judge's counters so far (calls, failures, retries, latency),
+  read once the rollout (which calls them) has finished; {} without host calls."""
+  tools = tuple(getattr(run.agent, "perception", ()))
+  if not tools and run.judge is None:
+    return {}
+  jax.block_until_ready(traj.reward)
+  out = {}
+  for tool in tools:
+    out.update(tool.stats())
+  if run.judge is not None:
+    stats = run.judge.stats()
+    out.update({f"judge/{k}": float(v) for k, v in stats.items()
+                if isinstance(v, (int, float)) and not isinstance(v, bool)})
+    latency = stats["endpoint"]["latency"]
+    out["judge/mean_s"] = latency["total_s"] / max(latency["count"], 1)
+    out["judge/failures"] = float(stats["endpoint"]["failures"])
+  return out
+
+
 def data_source(c, split: str):
   """A split of the task dataset: the synthetic builder (built on first use when
   `data.build`), or any prepared TFDS dataset with its features, by name."""
@@ -312,6 +332,7 @@ class AgentRecipe(Experiment):
     metrics = dict(traj.metrics())
     metrics.update(reward=jnp.mean(rewards), tokens=jnp.sum(traj.loss_mask),
                    accuracy=jnp.mean(traj.reward_components[self.agent.accuracy_key]))
+    metrics.update(host_metrics(self.run, traj))
     if c.snapshot_every and step % c.snapshot_every == 0 and jax.process_index() == 0:
       number = c.sft.steps + step + 1
       (epath.Path(c.workdir) / f"rollouts_train_{number:05d}.html").write_text(

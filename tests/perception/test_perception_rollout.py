@@ -148,3 +148,47 @@ def test_a_rollout_with_a_host_tool_on_8_devices_equals_one_device():
                           capture_output=True, text=True, timeout=900)
   assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
   assert "equals one device" in result.stdout
+
+
+def test_a_perception_server_that_dies_mid_rollout_is_the_tools_error_text(policy):
+  """The tool runs on a perception server (a real one on 127.0.0.1) that stops after its
+  first answer: the second call's observation is the tool's failure, the episode goes on to
+  its answer, and nothing hangs."""
+  import json  # pylint: disable=import-outside-toplevel
+  import time  # pylint: disable=import-outside-toplevel
+  from jaxspatial.perception import service  # pylint: disable=import-outside-toplevel
+  tok, model = policy
+
+  served = []
+
+  def describe(image, bounding_box=None):
+    served.append(bounding_box)
+    if len(served) == 2:  # the first turn's batch is answered; then the server is gone
+      server.stop()  # stops accepting; this request's answer still goes out
+    return "Tool executed successfully.\nResult: " + json.dumps(
+        {"mean": round(float(np.asarray(image).mean()), 1)})
+
+  server = service.ToolServer({"text_ocr": describe})
+  server.start()
+  remote = service.RemoteTool(server.url, "text_ocr", timeout_s=5, retries=1, backoff_s=0.1)
+  tool = TextTool("text_ocr", remote, tok, max_tokens=64, timeout_s=30)
+  params = peria.PeriaParams(width=56, height=56, max_images=3, max_turns=3)
+  agent = agents.PeriaAgent(params).with_perception([tool])
+  run = AgentRollout.create(agent, tok, model, max_turns=3, max_turn_tokens=96,
+                            temperature=0.0)
+  tasks = _stack([sign_task(), sign_task()])
+  call = agent.call_turn("read", "text_ocr", 0, ())
+  scripts = [[call, call, agent.answer_turn("ok", "24")]] * 2
+  start = time.perf_counter()
+  traj = jax.device_get(run(model, tasks, jax.random.PRNGKey(0), forced=run.forced(scripts)))
+  assert time.perf_counter() - start < 120
+  assert traj.turn_answer[:, 2].all()
+  messages = []
+  for turn in range(2):
+    lo, hi = traj.turn_end[turn], traj.turn_start[turn + 1]
+    messages.append(tok.decode(traj.tokens[0, lo:hi][traj.attention_mask[0, lo:hi]]))
+  assert 'Result: {"mean": ' in messages[0]
+  assert "Error executing text_ocr: tool failed: ToolError: tool 'text_ocr'" in messages[1]
+  lengths = traj.observation_text_length[0, :2]
+  assert (lengths > 0).all()  # both text results recorded for OR-GIGPO's step groups
+  assert len(served) == 2
