@@ -56,7 +56,9 @@ def kl_divergence(logp: Array, ref_logp: Array, estimator: KLEstimator = "k3",
   elif estimator == "k2":
     kl = 0.5 * delta ** 2
   else:
-    kl = jnp.exp(delta) - delta - 1.0
+    # exp(d) - d - 1 as expm1(d) - d: the same value, without the cancellation against 1
+    # that makes it slightly negative (-1e-10) when the policy is near its reference.
+    kl = jnp.expm1(delta) - delta
   return kl if clamp is None else jnp.clip(kl, -clamp, clamp)
 
 
