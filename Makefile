@@ -58,8 +58,8 @@ recipes: $(RUNTIME_STAMP) system-deps
 	$(PY) -m launch.train --config configs/peria_or_gigpo.py:cpu
 
 # Two pytest workers (pytest-xdist), whole files per worker: module fixtures stay shared.
-# On 2 CPU cores the suite takes about 23 minutes (633 tests, 44.5 CPU-minutes on a clean
-# clone; the budget is 25: trim before adding). The heaviest directories are collected first so both workers finish together.
+# On 2 CPU cores the suite takes 22-24 minutes (801 tests: 21m51s and 23m39s on two clean
+# clones; the budget is 25: trim before adding). The heaviest directories are collected first so both workers finish together.
 TEST_WORKERS ?= 2
 test: $(DEV_STAMP) system-deps
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile tests/train tests/recipes tests/models tests
@@ -71,7 +71,7 @@ test: $(DEV_STAMP) system-deps
 # mesh (14 tests: the 13 recipe checks took 23m57s in one run on 2 cores; the sharded steps
 # took 215 s inside `make test` before they moved here); the library trainer's kill /
 # resume, NaN and SIGTERM checks on the demo recipe (tests/train/test_train_job.py) and the
-# Act3D recipe with a served LLM judge.
+# Act3D recipe with a served LLM judge (17 tests in all).
 train-checks: $(DEV_STAMP) system-deps
 	$(PY) -m pytest -m recipe_checks -n $(TEST_WORKERS) --dist load tests/recipes tests/train
 
