@@ -24,15 +24,17 @@ import json
 import math
 import numbers
 import re
-import reprlib
 import threading
 from typing import Callable, Protocol, runtime_checkable
 
 import numpy as np
 
+# GRID, SUCCESS, check_image and parse_box are also this module's public names (the tests
+# and paddleocr_vl.py import them from here).
+from jaxspatial.perception.tool_args import (GRID, SUCCESS, ToolArgumentError, check_image,
+                                             error_text, parse_box, short, tool_arguments)
+
 TASKS = ("ocr", "table", "formula", "chart")
-GRID = 1000  # PERIA's coordinate grid over width and height
-SUCCESS = "Tool executed successfully.\nResult: "
 DEFAULT_MAX_CHARS = 4096
 MIN_MAX_CHARS = 128  # room for an empty payload with its truncation mark
 
@@ -84,25 +86,6 @@ class RecognizingBackend(OCRBackend, Protocol):
 
   def recognize(self, image_HxWx3: np.ndarray, task: str) -> str:
     ...
-
-
-def check_image(image_HxWx3, where: str) -> np.ndarray:
-  """The image as a C-contiguous uint8 [H, W, 3] array, or ValueError naming `where`,
-  the expected layout and what was given."""
-  expected = f"{where}: expected an image [H, W, 3] uint8 RGB"
-  try:
-    image = np.asarray(image_HxWx3)
-  except (TypeError, ValueError) as e:
-    raise ValueError(f"{expected}, got {type(image_HxWx3).__name__} ({e})") from e
-  if image.ndim != 3 or image.shape[-1] != 3:
-    raise ValueError(f"{expected}, got shape {tuple(image.shape)} {image.dtype}")
-  if image.dtype != np.uint8:
-    hint = (" (floats in [0, 1]: (image * 255).round().astype(np.uint8))"
-            if np.issubdtype(image.dtype, np.floating) else "")
-    raise ValueError(f"{expected}, got dtype {image.dtype}{hint}")
-  if image.shape[0] == 0 or image.shape[1] == 0:
-    raise ValueError(f"{expected}, got an empty image {tuple(image.shape)}")
-  return np.ascontiguousarray(image)
 
 
 def order_corners(box_4x2) -> np.ndarray:
@@ -243,47 +226,6 @@ class RapidOCRBackend:
 
 # ---- tool arguments ------------------------------------------------------------------
 
-class ToolArgumentError(ValueError):
-  """A model-written argument that cannot be used; tools turn it into error text."""
-
-
-_REPR = reprlib.Repr()
-_REPR.maxlevel, _REPR.maxlist, _REPR.maxtuple, _REPR.maxdict = 2, 6, 6, 4
-_REPR.maxstring, _REPR.maxlong, _REPR.maxother = 60, 40, 60
-
-
-def _short(value, limit: int = 80) -> str:
-  """A bounded repr of a model-written value (huge or deeply nested values included)."""
-  text = _REPR.repr(value)
-  return text if len(text) <= limit else text[:limit - 3] + "..."
-
-
-_NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
-
-
-def parse_box(bounding_box) -> tuple[float, float, float, float]:
-  """[x1, y1, x2, y2] on the 0-1000 grid with 0 <= x1 < x2 <= 1000 and 0 <= y1 < y2 <= 1000,
-  from a list of 4 numbers or a string holding exactly 4 (e.g. "\\boxed{x1,y1,x2,y2}")."""
-  expected = ("bounding_box must be [x1, y1, x2, y2] on the 0-1000 grid with "
-              "0 <= x1 < x2 <= 1000 and 0 <= y1 < y2 <= 1000")
-  values = bounding_box
-  if isinstance(values, str):
-    values = [float(v) for v in _NUMBER.findall(values[:256])]
-  if not isinstance(values, (list, tuple, np.ndarray)) or len(values) != 4:
-    raise ToolArgumentError(f"{expected}, got {_short(bounding_box)}")
-  if not all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in values):
-    raise ToolArgumentError(f"{expected}, got {_short(bounding_box)}")
-  try:
-    x1, y1, x2, y2 = (float(v) for v in values)
-  except OverflowError:  # an int past float range
-    raise ToolArgumentError(f"{expected}, got {_short(bounding_box)} (outside 0..1000)") from None
-  if not all(math.isfinite(v) and 0.0 <= v <= GRID for v in (x1, y1, x2, y2)):
-    raise ToolArgumentError(f"{expected}, got {_short(bounding_box)} (outside 0..1000)")
-  if x2 <= x1 or y2 <= y1:
-    raise ToolArgumentError(f"{expected}, got {_short(bounding_box)} (x2 <= x1 or y2 <= y1)")
-  return x1, y1, x2, y2
-
-
 def crop_to_box(image: np.ndarray, bounding_box) -> tuple[np.ndarray, tuple[int, int]]:
   """(crop, (left, top)): the pixels of a 0-1000 box, int(c * size / 1000) per edge as the
   public server maps them, at least one pixel wide and tall; None keeps the image."""
@@ -386,7 +328,7 @@ def _tool(name: str) -> Callable:
       try:
         crop, offset = crop_to_box(image, bounding_box)
       except ToolArgumentError as e:
-        return f"Error executing {name}: {e}"
+        return error_text(name, e)
       return SUCCESS + body(crop, offset, image.shape[:2], backend, max_chars)
 
     tool.__name__ = tool.__qualname__ = name
@@ -511,16 +453,12 @@ def run_tool(name, image_HxWx3, arguments, backend, max_chars: int = DEFAULT_MAX
   """A parsed call: the tool `name` on the image the caller resolved from `image_index`,
   with the model's `arguments` dict. An unknown tool, a non-dict or an unknown argument is
   error text, as the tools' own argument errors are."""
-  label = name if isinstance(name, str) and len(name) <= 64 else _short(name, 64)
+  label = name if isinstance(name, str) and len(name) <= 64 else short(name, 64)
   if not isinstance(name, str) or name not in TOOLS:
-    return f"Error executing {label}: unknown OCR tool; expected one of {sorted(TOOLS)}"
-  if arguments is None:
-    arguments = {}
-  if not isinstance(arguments, dict):
-    return f"Error executing {name}: arguments must be an object, got {_short(arguments)}"
-  unknown = sorted(str(k) for k in arguments if k not in ARGUMENTS)
-  if unknown:
-    return (f"Error executing {name}: unexpected argument {_short(unknown[0], 40)}; "
-            f"expected {list(ARGUMENTS)}")
+    return error_text(label, f"unknown OCR tool; expected one of {sorted(TOOLS)}")
+  try:
+    arguments = tool_arguments(arguments, ARGUMENTS)
+  except ToolArgumentError as e:
+    return error_text(name, e)
   return TOOLS[name](image_HxWx3, arguments.get("bounding_box"), backend=backend,
                      max_chars=max_chars)

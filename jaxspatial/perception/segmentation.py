@@ -46,15 +46,16 @@ import json
 import math
 import numbers
 import os
-import re
 import types
 from typing import Sequence
 
 import jax.numpy as jnp
 import numpy as np
 
-GRID = 1000  # PERIA's coordinate grid over width and height
-SUCCESS = "Tool executed successfully.\nResult: "
+# Also this module's names: the tests (and older callers) read them as segmentation.X.
+from jaxspatial.perception.tool_args import (GRID, SUCCESS, ToolArgumentError, check_image,
+                                             error_text, parse_box, short, tool_arguments)
+
 MAX_PROMPT_CHARS = 1000  # a longer model-written prompt is refused (it is echoed in the JSON)
 SAM3_TOOLS = ("auto_segment", "bbox_segment", "text_segment", "exemplar_segment",
               "concept_count", "presence_check")
@@ -100,17 +101,7 @@ class SegmentationConfig:
         raise ValueError(f"SegmentationConfig.{name}: expected a non-empty string")
 
 
-# ---- shared by the perception tools (detection.py uses them too) ---------------------
-
-class ToolArgumentError(ValueError):
-  """A model-written argument that cannot be used; the tools turn it into error text."""
-
-
-def short(value, limit: int = 80) -> str:
-  """repr(value), cut to `limit` characters (model-written values can be huge)."""
-  text = repr(value)
-  return text if len(text) <= limit else text[:limit - 3] + "..."
-
+# ---- shared by the perception tools (detection.py and depth.py use them too) -----------
 
 def check_images(images_BxHxWx3, where: str) -> np.ndarray:
   """A batch [B, H, W, 3] uint8 RGB as a C-contiguous array, or ValueError naming `where`,
@@ -125,61 +116,6 @@ def check_images(images_BxHxWx3, where: str) -> np.ndarray:
   if min(images.shape[:3]) == 0:
     raise ValueError(f"{expected}, got an empty batch or image {tuple(images.shape)}")
   return np.ascontiguousarray(images)
-
-
-def check_image(image_HxWx3, where: str) -> np.ndarray:
-  """One image [H, W, 3] uint8 RGB, or ValueError naming `where`, the shape and dtype."""
-  expected = f"{where}: expected an image [H, W, 3] uint8 RGB"
-  try:
-    image = np.asarray(image_HxWx3)
-  except (TypeError, ValueError) as e:
-    raise ValueError(f"{expected}, got {type(image_HxWx3).__name__} ({e})") from e
-  if image.ndim != 3 or image.shape[-1] != 3 or image.dtype != np.uint8:
-    raise ValueError(f"{expected}, got shape {tuple(image.shape)} dtype {image.dtype}")
-  if min(image.shape[:2]) == 0:
-    raise ValueError(f"{expected}, got an empty image {tuple(image.shape)}")
-  return np.ascontiguousarray(image)
-
-
-_BOXED = re.compile(r"\\?boxed\{([^{}]*)\}")
-_NUMBER = re.compile(r"\s*[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?\s*")
-
-
-def parse_box(value, name: str = "bounding_box") -> tuple[float, float, float, float]:
-  """(x1, y1, x2, y2) on the 0-1000 grid, 0 <= x1 < x2 <= 1000 and 0 <= y1 < y2 <= 1000,
-  from a list of 4 numbers, "\\boxed{x1,y1,x2,y2}" (PERIA's form, possibly inside longer
-  text) or "[x1, y1, x2, y2]"; ToolArgumentError saying what is wrong otherwise."""
-  expected = f"{name} must be [x1, y1, x2, y2] or \\boxed{{x1,y1,x2,y2}} on the 0-1000 grid"
-  if value is None:
-    raise ToolArgumentError(f"{name} is missing; {expected}")
-  if isinstance(value, str):
-    text = value.strip()
-    match = _BOXED.search(text[:1000])
-    if match:
-      inner = match.group(1)
-    elif text.startswith("[") and text.endswith("]") and len(text) < 200:
-      inner = text[1:-1]
-    else:
-      raise ToolArgumentError(f"{expected}, got {short(value)}")
-    parts = inner.split(",")
-    if len(parts) != 4 or not all(_NUMBER.fullmatch(p) for p in parts):
-      raise ToolArgumentError(f"{expected}: 4 comma-separated numbers, got {short(value)}")
-    coords = [float(p) for p in parts]
-  elif isinstance(value, (list, tuple)):
-    if len(value) != 4 or not all(isinstance(v, numbers.Real) and not isinstance(v, bool)
-                                  for v in value):
-      raise ToolArgumentError(f"{expected}: 4 numbers, got {short(value)}")
-    coords = [float(v) for v in value]
-  else:
-    raise ToolArgumentError(f"{expected}, got {type(value).__name__} {short(value)}")
-  if not all(math.isfinite(c) for c in coords):
-    raise ToolArgumentError(f"{name} has a non-finite coordinate: {short(value)}")
-  x1, y1, x2, y2 = coords
-  if min(coords) < 0 or max(coords) > GRID:
-    raise ToolArgumentError(f"{name} {short(value)} is outside the 0-1000 grid")
-  if x2 <= x1 or y2 <= y1:
-    raise ToolArgumentError(f"{name} {short(value)} needs x1 < x2 and y1 < y2")
-  return x1, y1, x2, y2
 
 
 def parse_text(value, name: str) -> str:
@@ -199,19 +135,6 @@ def parse_text(value, name: str) -> str:
   return text
 
 
-def tool_arguments(arguments, allowed: Sequence[str]) -> dict:
-  """The model's arguments object, checked: a dict whose keys are all in `allowed`."""
-  if arguments is None:
-    return {}
-  if not isinstance(arguments, dict):
-    raise ToolArgumentError(f"arguments must be an object, got {short(arguments)}")
-  unknown = sorted(str(k) for k in arguments if k not in allowed)
-  if unknown:
-    raise ToolArgumentError(f"unexpected argument {short(unknown[0], 40)}; expected "
-                            f"{list(allowed)}")
-  return arguments
-
-
 def grid_from_unit(values) -> np.ndarray:
   """Coordinates in [0, 1] of width / height -> the 0-1000 grid, rounded, clipped (int)."""
   return np.clip(np.round(np.asarray(values, np.float64) * GRID), 0, GRID).astype(np.int64)
@@ -228,10 +151,6 @@ def result_text(payload: dict, peria_format: bool) -> str:
   body = (json.dumps(payload) if peria_format else
           json.dumps(payload, ensure_ascii=False, separators=(",", ":")))
   return SUCCESS + body
-
-
-def error_text(tool: str, message) -> str:
-  return f"Error executing {tool}: {message}"
 
 
 def check_folder(folder, where: str, groups: dict[str, Sequence[str]]) -> str:

@@ -448,8 +448,8 @@ def test_model_errors_are_error_text_never_exceptions(four_words):
       out = tool(image, box, backend=Unused())
       assert out.startswith(f"Error executing {name}: bounding_box must be [x1, y1, x2, y2]"), out
       assert len(out) < 400
-  assert "(x2 <= x1 or y2 <= y1)" in text_ocr(image, [500, 0, 400, 100], backend=Unused())
-  assert "(outside 0..1000)" in text_ocr(image, [0, 0, 1001, 10], backend=Unused())
+  assert "needs x1 < x2 and y1 < y2" in text_ocr(image, [500, 0, 400, 100], backend=Unused())
+  assert "outside the 0-1000 grid" in text_ocr(image, [0, 0, 1001, 10], backend=Unused())
   assert parse_box("\\boxed{100, 200, 300, 400}") == (100.0, 200.0, 300.0, 400.0)
   assert parse_box(np.array([0, 0, 1000, 1000])) == (0.0, 0.0, 1000.0, 1000.0)
   crop, offset = ocr.crop_to_box(image, [999, 999, 1000, 1000])  # one pixel at least

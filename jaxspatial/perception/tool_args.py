@@ -1,0 +1,141 @@
+"""Model-written tool arguments for PERIA's perception tools (OCR, SAM 3, detection).
+
+A tool call's arguments come from the policy model, so any value can arrive. They become
+checked Python values here (`parse_box`: a 0-1000 box; `tool_arguments`: the arguments
+object) or a `ToolArgumentError`, which the tools return as PERIA's error observation
+"Error executing {tool}: ..." (`error_text`) instead of raising: a bad call is something
+the model should see and recover from, not a crash of the rollout. The caller's own
+inputs (the image, settings) still raise (`check_image`).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import re
+import reprlib
+from typing import Sequence
+
+import numpy as np
+
+GRID = 1000  # PERIA's coordinate grid over width and height
+SUCCESS = "Tool executed successfully.\nResult: "
+
+
+class ToolArgumentError(ValueError):
+  """A model-written argument that cannot be used; the tools turn it into error text."""
+
+
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxlist, _REPR.maxtuple, _REPR.maxdict = 2, 6, 6, 4
+_REPR.maxstring, _REPR.maxlong, _REPR.maxother = 60, 40, 60
+
+
+def short(value, limit: int = 80) -> str:
+  """A repr of a model-written value cut to `limit` characters. Containers go through
+  reprlib, so huge or deeply nested values cost little (plain repr recurses past Python's
+  limit on a list nested 100,000 deep); a string keeps its first `limit` characters."""
+  if isinstance(value, str):
+    text = repr(value[:limit + 1])  # one past the limit, so a cut string is marked as cut
+  else:
+    text = _REPR.repr(value)
+  return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def error_text(tool: str, message) -> str:
+  """PERIA's error observation for a call of `tool`."""
+  return f"Error executing {tool}: {message}"
+
+
+def check_image(image_HxWx3, where: str) -> np.ndarray:
+  """The image as a C-contiguous uint8 [H, W, 3] array, or ValueError naming `where`,
+  the expected layout and what was given."""
+  expected = f"{where}: expected an image [H, W, 3] uint8 RGB"
+  try:
+    image = np.asarray(image_HxWx3)
+  except (TypeError, ValueError) as e:
+    raise ValueError(f"{expected}, got {type(image_HxWx3).__name__} ({e})") from e
+  if image.ndim != 3 or image.shape[-1] != 3:
+    raise ValueError(f"{expected}, got shape {tuple(image.shape)} {image.dtype}")
+  if image.dtype != np.uint8:
+    hint = (" (floats in [0, 1]: (image * 255).round().astype(np.uint8))"
+            if np.issubdtype(image.dtype, np.floating) else "")
+    raise ValueError(f"{expected}, got dtype {image.dtype}{hint}")
+  if image.shape[0] == 0 or image.shape[1] == 0:
+    raise ValueError(f"{expected}, got an empty image {tuple(image.shape)}")
+  return np.ascontiguousarray(image)
+
+
+_BOXED = re.compile(r"\\?boxed\{([^{}]*)\}")
+_NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+_MAX_FREE_TEXT = 256  # a longer string without \boxed{} is refused, never cut mid-number
+
+
+def parse_box(value, name: str = "bounding_box") -> tuple[float, float, float, float]:
+  """(x1, y1, x2, y2) on the 0-1000 grid with 0 <= x1 < x2 <= 1000 and 0 <= y1 < y2 <= 1000.
+
+  Read from a list, tuple or array of 4 numbers; from "\\boxed{x1,y1,x2,y2}" (PERIA's
+  form, possibly inside longer text: its braces must hold exactly 4 comma-separated
+  numbers); or from a short string holding exactly 4 numbers ("[x1, y1, x2, y2]",
+  "x1 y1 x2 y2"). ToolArgumentError saying what is wrong otherwise.
+  """
+  expected = (f"{name} must be [x1, y1, x2, y2] or \\boxed{{x1,y1,x2,y2}} on the 0-1000 "
+              "grid")
+
+  def fail(problem: str):
+    return ToolArgumentError(f"{expected}; {problem}")
+
+  if value is None:
+    raise fail(f"{name} is missing")
+  if isinstance(value, str):
+    match = _BOXED.search(value[:1000])
+    if match:
+      parts = match.group(1).split(",")
+      if len(parts) != 4 or not all(_NUMBER.fullmatch(p.strip()) for p in parts):
+        raise fail(f"\\boxed{{}} must hold 4 comma-separated numbers, got {short(value)}")
+      coords = [float(p) for p in parts]
+    elif len(value) > _MAX_FREE_TEXT:
+      raise fail(f"got a {len(value)}-character string without \\boxed{{}}")
+    else:
+      coords = [float(v) for v in _NUMBER.findall(value)]
+      if len(coords) != 4:
+        raise fail(f"got {short(value)} ({len(coords)} numbers, not 4)")
+  elif isinstance(value, (list, tuple, np.ndarray)):
+    # An array must be flat; a list's items are checked one by one (np.ndim on a ragged or
+    # deeply nested list raises or recurses).
+    if isinstance(value, np.ndarray):
+      items = value.tolist() if value.ndim == 1 else None
+    else:
+      items = list(value)
+    # bool is an int to Python, but True is no coordinate.
+    if items is None or len(items) != 4 or not all(
+        isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_)) for v in items):
+      raise fail(f"4 numbers, got {short(value)}")
+    try:
+      coords = [float(v) for v in items]
+    except OverflowError:  # an int past float range
+      raise fail(f"got {short(value)}, outside the 0-1000 grid") from None
+  else:
+    raise fail(f"got {type(value).__name__} {short(value)}")
+  if not all(math.isfinite(c) for c in coords):
+    raise fail(f"got {short(value)}, which has a non-finite coordinate")
+  x1, y1, x2, y2 = coords
+  if min(coords) < 0 or max(coords) > GRID:
+    raise fail(f"got {short(value)}, outside the 0-1000 grid")
+  if x2 <= x1 or y2 <= y1:
+    raise fail(f"got {short(value)}, which needs x1 < x2 and y1 < y2")
+  return x1, y1, x2, y2
+
+
+def tool_arguments(arguments, allowed: Sequence[str]) -> dict:
+  """The model's arguments object, checked: None is {}, else a dict whose keys are all in
+  `allowed`; ToolArgumentError otherwise."""
+  if arguments is None:
+    return {}
+  if not isinstance(arguments, dict):
+    raise ToolArgumentError(f"arguments must be an object, got {short(arguments)}")
+  unknown = sorted(str(k) for k in arguments if k not in allowed)
+  if unknown:
+    raise ToolArgumentError(f"unexpected argument {short(unknown[0], 40)}; expected "
+                            f"{list(allowed)}")
+  return arguments
