@@ -62,7 +62,7 @@ recipes: $(RUNTIME_STAMP) system-deps
 # clones; the budget is 25: trim before adding). The heaviest directories are collected first so both workers finish together.
 TEST_WORKERS ?= 2
 test: $(DEV_STAMP) system-deps
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile tests/train tests/recipes tests/models tests
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=30 tests/train tests/recipes tests/models tests
 
 # Every recipe (demo, Think3D-RL, Act3D, PERIA, 3DThinker stages 1 and 2) at tiny size through
 # the trainer: SIGKILL + resume equals an uninterrupted run, a NaN stops naming its step,

@@ -15,7 +15,9 @@ Cost on a 2-core CPU: about a minute. Rows:
   judge       Act3D's LLM judge against a local OpenAI-compatible server (the tests' rule
               server on 127.0.0.1, answering after `--judge-latency-s`, a short judge
               generation), requests per second with one request in flight against
-              `--concurrency` in flight
+              `--concurrency` in flight; then the same cases judged on device by a tiny
+              random jaxspatial policy (`PolicyJudge`, greedy, 4 tokens, one jitted call
+              for the batch: prompt assembly, generation and the verdict)
 """
 
 from __future__ import annotations
@@ -90,8 +92,31 @@ def judge_rows(requests: int, concurrency: int, latency_s: float):
       start = time.perf_counter()
       scorer.judge_texts(questions, predictions, references)
       out.append(time.perf_counter() - start)
-  return [(f"judge {requests} requests, {latency_s * 1e3:.0f} ms each", requests / out[0],
+  rows = [(f"judge {requests} requests, {latency_s * 1e3:.0f} ms each", requests / out[0],
            requests / out[1], f"requests/s: 1 | {concurrency} in flight")]
+  return rows + [policy_judge_row(questions, predictions, references, requests / out[1])]
+
+
+def _byte_ids(texts, length: int) -> np.ndarray:
+  out = np.full((len(texts), length), -1, np.int32)
+  for i, text in enumerate(texts):
+    data = text.encode()[:length]
+    out[i, :len(data)] = list(data)
+  return out
+
+
+def policy_judge_row(questions, predictions, references, served_per_s: float):
+  """The same cases judged on device by a tiny random jaxspatial policy (`PolicyJudge`,
+  Act3D's evaluation setting: greedy, 4 tokens), one jitted call per batch."""
+  from jaxspatial.perception import PolicyJudge  # pylint: disable=import-outside-toplevel
+  from jaxspatial.rollout import tiny  # pylint: disable=import-outside-toplevel
+  tok = tiny.tokenizer()
+  judge = PolicyJudge.create(tok, tiny.model(tok), "act3d", temperature=0.0, max_tokens=4)
+  q, a = _byte_ids(questions, 64), _byte_ids(predictions, 32)
+  r = np.stack([_byte_ids([refs[k] for refs in references], 32) for k in range(2)], 1)
+  seconds = timed(lambda: judge(q, a, r), repeats=3)  # after a compiling warm-up call
+  return (f"policy judge on device, B={len(q)}", served_per_s, len(q) / seconds,
+          "verdicts/s: served (16 in flight) | tiny policy in jit")
 
 
 def main(argv=None) -> None:

@@ -47,15 +47,27 @@ def base(name: str, agent: str, variant: str) -> ml_collections.ConfigDict:
   c.reward = dict(weights={})
   # The LLM judge of free-form answers (Act3D's R_judge; PERIA's fallback after the rule
   # check): an OpenAI-compatible endpoint (vLLM, SGLang, ...) at `url` serving `model`, its
-  # key from the environment variable `api_key_env`; url "" = the on-device rule judge.
+  # key from the environment variable `api_key_env`; or `checkpoint`: a jaxspatial policy
+  # folder that judges on device inside the rollout (no host round trip); neither = the
+  # on-device rule judge.
   # Act3D's training judge samples at temperature 0.1 with 64 tokens, its evaluation judge
   # at 0 with 4 (jaxspatial.perception.judge); max_requests 0: no budget.
-  # PERIA's perception tools as host tools (jaxspatial.perception): names from
-  # jaxspatial.perception.ocr.TOOLS (PP-OCRv4 on this host, or served by
-  # launch/perception_server.py at `url`); their text results hold at most max_tokens.
-  c.perception = dict(tools=(), url="", max_tokens=256, timeout_s=60.0, retries=1)
+  # PERIA's perception tools as host tools: public names from jaxspatial.perception.TOOLS,
+  # run on this host or served by launch/perception_server.py at `url`; their text results
+  # hold at most max_tokens. models: Hugging Face folders by family for the tools run here
+  # (sam3 and grounding_dino need one; ocr "" = PP-OCRv4 from the rapidocr wheel, a folder
+  # = PaddleOCR-VL).
+  c.perception = dict(tools=(), url="", models=dict(ocr="", sam3="", grounding_dino=""),
+                      max_tokens=256, timeout_s=60.0, retries=1)
   c.judge = dict(url="", model="", api_key_env="OPENAI_API_KEY", timeout_s=60.0, retries=3,
-                 concurrency=16, max_requests=0)
+                 concurrency=16, max_requests=0, checkpoint="")
+  # Think3D's scene reconstructed from each task's input images inside the rollout (one
+  # host call per batch at its start; jaxspatial.perception.reconstruct's adapters): backend
+  # "pi3", "vggt" or "da3" from the local `checkpoint` on torch `device`, its cloud padded to
+  # `points` (0: data.points); on_error "raise" or "flag" (the episode starts done).
+  # backend "" = the dataset's clouds and cameras.
+  c.reconstruction = dict(backend="", checkpoint="", device="cpu", points=0, timeout_s=600.0,
+                          on_error="raise")
   # The phases; `optimizer` is jaxspatial.train.OptimizerConfig (total_steps: the phase's
   # updates). sft.steps 0: no SFT. sft.trajectories: a teacher trajectory file
   # (data_pipelines/synthetic/teachers.py), or "scripted" for the synthetic dataset's

@@ -21,13 +21,19 @@ The policy family is the paper's, Qwen3-VL (`model.family`; the public SFT base 
 Qwen3-VL-8B-Thinking): with `model.chat_format` "auto" a Thinking checkpoint's chat template
 opens every reply with "<think>\n" and its generation_config.json's stop ids end turns; the
 `cpu` variant's tiny policy takes the thinking format too. Perception tools are host tools
-(`perception.tools`): the reference variant calls the five OCR tools (PP-OCRv4 on this host,
-or any tools a `launch/perception_server.py` at `perception.url` serves); the LLM-judge
-fallback of R_correct with `judge.url`. Not reproduced here: the SAM 3.1 and GroundingDINO
-tools in the recipe (their backends exist in jaxspatial.perception; the recipe does not
-build them yet), PERIA's own image benchmarks (the tools act on renders of the task's 3D scene), `image_label`'s text (drawn
-as a marker only: no text rendering on device). Cost: FSDP2 on GPU nodes, 3 epochs, in
-the public script.
+(`perception.tools`, jaxspatial.perception.TOOLS): the reference variant calls PERIA's
+twelve (the paper's 18 tools are these and the six interaction tools): five OCR (PP-OCRv4
+on this host; PaddleOCR-VL, PERIA's model, with `perception.models.ocr`), six SAM 3 and
+GroundingDINO. Those seven need model folders, `--config.perception.models.sam3=/path` and
+`--config.perception.models.grounding_dino=/path` (building the policy fails naming the
+missing one), or a `launch/perception_server.py` at `--config.perception.url` serving all
+twelve. The LLM-judge fallback of R_correct with `judge.url`. Not reproduced here: text
+arguments of perception calls (the grammar writes `image_index` and an optional
+`bounding_box`, so text_segment, concept_count, presence_check and grounding_dino answer
+with their missing-argument error), SAM 3.1 (transformers' SAM 3 runs its tools), PERIA's
+own image benchmarks (the tools act on renders of the task's 3D scene), `image_label`'s
+text (drawn as a marker only: no text rendering on device). Cost: FSDP2 on GPU nodes, 3
+epochs, in the public script.
 
 `cpu`: a tiny random Qwen3-VL policy, synthetic_spatial/tiny, 100 SFT steps on the
 scripted teacher (a centre crop, then the letter), 10 OR-GIGPO steps of 4 prompts x 4;
@@ -41,7 +47,9 @@ def get_config(variant: str = "reference"):
   c = base("peria_or_gigpo", "peria", variant)
   c.model.family = "qwen3_vl"  # Qwen3-VL-8B-Thinking in the public code
   c.perception.tools = ("text_ocr", "formula_ocr", "table_ocr", "text_spotting",
-                        "map_text_ocr")
+                        "map_text_ocr", "auto_segment", "bbox_segment", "text_segment",
+                        "exemplar_segment", "concept_count", "presence_check",
+                        "grounding_dino")
   if variant == "cpu":
     c.model.chat_format = "thinking"  # as the public SFT base's template
     c.perception.tools = ()

@@ -16,13 +16,15 @@ no tools). Clip, KL estimator and aggregation are ms-swift defaults the script d
 pin (likely eps 0.2, k3): we use those.
 
 The policy family is the paper's, Qwen3-VL (`model.family`; a checkpoint's config.json
-decides, so a Qwen2.5-VL folder runs too, as an ablation). Not reproduced here: Pi3
-reconstructions (the dataset must carry the point clouds and views), the
-public code's per-turn message replacement (each continuation re-sends the question, the
-last reply and the images; we keep one growing conversation) and its long continuation
-texts (ours are short, stage-aware templates). `agent.views="preset"` restricts angles
-to the paper-era RL prompt's (-45, 0), (45, 0), (0, 60). Cost: 8 x H200 for one epoch in
-the paper.
+decides, so a Qwen2.5-VL folder runs too, as an ablation). Pi3 reconstructions: the
+dataset's clouds and views by default; `reconstruction.backend=pi3` with a local
+`reconstruction.checkpoint` reconstructs each task's scene from its input views inside the
+rollout, and `python -m launch.reconstruct_scenes` writes Think3D's caches offline. Not
+reproduced here: the public code's per-turn message replacement (each continuation
+re-sends the question, the last reply and the images; we keep one growing conversation)
+and its long continuation texts (ours are short, stage-aware templates).
+`agent.views="preset"` restricts angles to the paper-era RL prompt's (-45, 0), (45, 0),
+(0, 60). Cost: 8 x H200 for one epoch in the paper.
 
 `cpu`: a tiny random Qwen3-VL policy (0.2M parameters, two DeepStack blocks) on
 synthetic_spatial/tiny (built on first

@@ -1,10 +1,16 @@
-"""Serves perception tools over HTTP until SIGTERM or SIGINT.
+r"""Serves perception tools over HTTP until SIGTERM or SIGINT.
 
     python -m launch.perception_server --host 0.0.0.0 --port 30888 --tools ocr,echo
+    python -m launch.perception_server --tools text_ocr,sam3,grounding_dino \
+        --models sam3=/models/sam3,grounding_dino=/models/grounding-dino-base
 
 `--tools` names families of `jaxspatial.perception.service.TOOL_FACTORIES` (echo, empty,
-ocr). Rollouts call them with `service.RemoteTool(url, name)` (or `remote_tools(url)`).
-Prints one line with the URL and the tool names once it is listening.
+ocr, sam3, grounding_dino) or single public perception tools (`jaxspatial.perception.TOOLS`:
+text_ocr, auto_segment, ...). `--models` gives a family its Hugging Face model folder
+(sam3 and grounding_dino need one; an ocr folder is PaddleOCR-VL instead of PP-OCRv4); the
+models load before the server listens. Rollouts call the tools with
+`service.RemoteTool(url, name)` (or `remote_tools(url)`). Prints one line with the URL and
+the tool names once it is listening (with --port 0, the port it picked).
 """
 
 from __future__ import annotations
@@ -24,15 +30,32 @@ from jaxspatial.perception import service
 
 _HOST = flags.DEFINE_string("host", "127.0.0.1", "the address to listen on")
 _PORT = flags.DEFINE_integer("port", 30888, "the port (0: a free one)")
-_TOOLS = flags.DEFINE_list("tools", ["echo"], "tool families to serve: "
-                           + ", ".join(sorted(service.TOOL_FACTORIES)))
+_TOOLS = flags.DEFINE_list("tools", ["echo"], "tool families ("
+                           + ", ".join(sorted(service.TOOL_FACTORIES))
+                           + ") or public perception tool names (text_ocr, auto_segment, ...) "
+                           "to serve")
+_MODELS = flags.DEFINE_list("models", [], "model folders by family: family=/path,... "
+                            "(sam3, grounding_dino; ocr: a PaddleOCR-VL folder)")
+
+
+def parse_models(items) -> dict[str, str]:
+  """{family: folder} from ["family=/path", ...]; a UsageError names a malformed item."""
+  models: dict[str, str] = {}
+  for item in items:
+    family, sep, folder = (part.strip() for part in item.partition("="))
+    if not sep or not family or not folder:
+      raise app.UsageError(f"--models: expected family=/path/to/folder, got {item!r}")
+    if family in models:
+      raise app.UsageError(f"--models: family {family!r} is given twice")
+    models[family] = folder
+  return models
 
 
 def main(argv) -> None:
   del argv
   try:
-    tools = service.build_tools(_TOOLS.value)
-  except ValueError as error:  # an unknown family: a usage error, not a traceback
+    tools = service.build_tools(_TOOLS.value, parse_models(_MODELS.value))
+  except ValueError as error:  # an unknown name, a missing folder: usage, not a traceback
     raise app.UsageError(str(error)) from None
   stop = threading.Event()
   for number in (signal.SIGTERM, signal.SIGINT):

@@ -13,7 +13,6 @@ a fixed function of the seed and k.
 
 from __future__ import annotations
 
-import functools
 import json
 
 import jax
@@ -54,68 +53,89 @@ def load_policy(c):
 
 
 def make_judges(c, agent_name: str):
-  """(training judge, evaluation judge) of `c.judge`: host LLM judges through an
-  OpenAI-compatible endpoint, or (None, None) for the on-device rule judge. Think3D's
-  answers are option letters: no judge."""
+  """(training judge, evaluation judge) of `c.judge` (`perception.judges.make_judge`): LLM
+  judges through an OpenAI-compatible endpoint at `judge.url` (one endpoint for both), a
+  jaxspatial policy at `judge.checkpoint` judging on device inside the rollout, or (None,
+  None) for the on-device rule judge. Think3D's answers are option letters: no judge."""
   block = c.judge
-  if not block.url or agent_name == "think3d":
+  if not (block.url or block.get("checkpoint", "")) or agent_name == "think3d":
     return None, None
-  from jaxspatial.perception import judge  # pylint: disable=import-outside-toplevel
-  if not block.model:
-    raise ValueError(f"judge.url is {block.url!r} but judge.model is empty: name the model "
-                     "the endpoint serves")
-  endpoint = judge.ChatEndpoint(block.url, block.model, api_key_env=block.api_key_env,
-                                timeout_s=block.timeout_s, retries=block.retries,
-                                concurrency=block.concurrency,
-                                max_requests=block.max_requests or None)
+  from jaxspatial.perception import judges  # pylint: disable=import-outside-toplevel
+  endpoint = judges.make_endpoint(block) if block.url else None
   if agent_name == "act3d":
-    return judge.act3d_training_judge(endpoint), judge.act3d_eval_judge(endpoint)
-  fallback = judge.peria_fallback_judge(endpoint)
+    return (judges.make_judge(block, "act3d_training", endpoint),
+            judges.make_judge(block, "act3d_eval", endpoint))
+  fallback = judges.make_judge(block, "peria", endpoint)
   return fallback, fallback
 
 
 def make_perception(c, tokenizer) -> tuple:
-  """`c.perception.tools` as TextTools: OCR tools on this host (PP-OCRv4), or the tools a
-  perception server at `c.perception.url` serves."""
+  """`c.perception.tools` (public names of `jaxspatial.perception.TOOLS`) as TextTools: the
+  tools a perception server at `c.perception.url` serves, or the registry's on this host
+  (OCR: PP-OCRv4; SAM 3 and GroundingDINO from the folders in `c.perception.models`, loaded
+  here, so a missing folder fails now with the way to give it)."""
   block = c.perception
   names = tuple(block.tools)
   if not names:
     return ()
   from jaxspatial import perception  # pylint: disable=import-outside-toplevel
+  options = dict(timeout_s=block.timeout_s, retries=block.retries)
   if block.url:
-    functions = perception.remote_tools(block.url, names=names, timeout_s=block.timeout_s,
-                                        retries=block.retries)
-  else:
-    from jaxspatial.perception import ocr  # pylint: disable=import-outside-toplevel
-    unknown = sorted(set(names) - set(ocr.TOOLS))
-    if unknown:
-      raise ValueError(f"perception.tools: {unknown} do not run on this host (it runs "
-                       f"{sorted(ocr.TOOLS)}); serve them and set perception.url")
-    backend = ocr.RapidOCRBackend()
-    functions = {name: functools.partial(ocr.TOOLS[name], backend=backend) for name in names}
-  return tuple(perception.TextTool(name, functions[name], tokenizer, block.max_tokens,
-                                   timeout_s=block.timeout_s, retries=block.retries)
-               for name in names)
+    functions = perception.remote_tools(block.url, names=names, **options)
+    return tuple(perception.TextTool(name, functions[name], tokenizer, block.max_tokens,
+                                     **options) for name in names)
+  unknown = sorted(set(names) - set(perception.TOOLS))
+  if unknown:
+    raise ValueError(f"perception.tools: {unknown} are not perception tools; expected names "
+                     f"from {list(perception.TOOLS)}")
+  folders = block.get("models") or {}
+  folders = folders.to_dict() if hasattr(folders, "to_dict") else dict(folders)
+  selected = perception.tools.select(names, folders)
+  return tuple(tool.host_tool(tokenizer, block.max_tokens, **options)
+               for tool in selected.values())
 
 
 def host_metrics(run, traj) -> dict:
   """The host tools' and the judge's counters so far (calls, failures, retries, latency),
   read once the rollout (which calls them) has finished; {} without host calls."""
   tools = tuple(getattr(run.agent, "perception", ()))
-  if not tools and run.judge is None:
+  if getattr(run.agent, "reconstruction", None) is not None:
+    tools += (run.agent.reconstruction,)
+  host_judge = run.judge if not getattr(run.judge, "on_device", False) else None
+  if not tools and host_judge is None:
     return {}
   jax.block_until_ready(traj.reward)
   out = {}
   for tool in tools:
     out.update(tool.stats())
-  if run.judge is not None:
-    stats = run.judge.stats()
+  if host_judge is not None:  # an on-device judge has no host counters
+    stats = host_judge.stats()
     out.update({f"judge/{k}": float(v) for k, v in stats.items()
                 if isinstance(v, (int, float)) and not isinstance(v, bool)})
     latency = stats["endpoint"]["latency"]
     out["judge/mean_s"] = latency["total_s"] / max(latency["count"], 1)
     out["judge/failures"] = float(stats["endpoint"]["failures"])
   return out
+
+
+def make_reconstruction(c, agent_name: str):
+  """`c.reconstruction` as a HostTool that reconstructs each Think3D task's scene from its
+  input images at the rollout's start (`perception.reconstruction_tool` over the loader's
+  MAX_VIEWS cameras), or None (backend "": the dataset's clouds)."""
+  block = c.get("reconstruction")
+  if not block or not block.backend:
+    return None
+  if agent_name != "think3d":
+    raise ValueError(f"reconstruction.backend: only Think3D's agent reconstructs its scene, "
+                     f"not {agent_name}")
+  from data_pipelines.loader import MAX_VIEWS  # pylint: disable=import-outside-toplevel
+  from jaxspatial import perception  # pylint: disable=import-outside-toplevel
+  points = block.points or c.data.points
+  reconstructor = perception.load_reconstructor(block.backend, block.checkpoint or None,
+                                                block.device)
+  return perception.reconstruction_tool(reconstructor.host_function(points), points,
+                                        MAX_VIEWS, timeout_s=block.timeout_s,
+                                        on_error=block.on_error)
 
 
 def data_source(c, split: str):
@@ -260,6 +280,9 @@ class AgentRecipe(Experiment):
         raise ValueError(f"perception.tools: only PERIA's agent calls perception tools, not "
                          f"{self.agent.name}")
       self.agent = self.agent.with_perception(tools)
+    reconstruction = make_reconstruction(c, self.agent.name)
+    if reconstruction is not None:
+      self.agent = self.agent.with_reconstruction(reconstruction)
     judge, eval_judge = make_judges(c, self.agent.name)
     self.run = AgentRollout.create(self.agent, self.tokenizer, self.model, chat=chat,
                                    judge=judge, eval_judge=eval_judge,

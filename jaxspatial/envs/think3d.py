@@ -44,6 +44,11 @@ plane (the code's global views show every camera).
 Rounds: `max_rounds` views are accepted; the answer (STOP) after the last one is
 accepted too. A view requested after the last round is invalid and ends the episode,
 so `done` means no further action is accepted: stopped, or a view past the limit.
+
+Online reconstruction: `with_reconstruction(tool, task)` replaces the dataset's cloud and
+input poses by a reconstruction of the task's input images inside the compiled program
+(a `perception.reconstruction_tool`, duck-typed here: envs never import perception);
+`Think3DAgent(reconstruction=tool)` applies it at reset.
 """
 
 from __future__ import annotations
@@ -54,7 +59,8 @@ import numpy as np
 from flax import struct
 
 from jaxspatial.envs.task import Task, bounds_are_sound, camera_is_finite, check_task
-from jaxspatial.geometry import Camera, check_fov, make_transform, matmul, rotation_about_axis
+from jaxspatial.geometry import (Camera, PointCloud, check_fov, make_transform, matmul,
+                                 rotation_about_axis)
 from jaxspatial.render import render, render_batch
 from jaxspatial.render.markers import CameraMarkerStyle, draw_cameras as draw_camera_markers
 from jaxspatial.render.splat import DEFAULT_NEAR
@@ -324,6 +330,34 @@ def _observe(state: Think3DState, params: Think3DParams) -> Array:
     # Without images the state's camera is the anchor itself, so the render stands in.
     image = jnp.where(state.is_photo, task.input_images[state.anchor], image)
   return image
+
+
+def with_reconstruction(tool, task: Task) -> Task:
+  """One task (vmap it: one host call per batch) with its scene reconstructed from its
+  input images by `tool` (`perception.reconstruction_tool` over the task's K cameras:
+  `tool(images=[K, H, W, 3], count=[])` -> points [P, 3], colors [P, 3] uint8, valid [P],
+  cameras [K, 4, 4] camera-to-world, failed []), from the first `num_input_cameras`
+  frames. The cloud becomes the tool's points (no instances), the input cameras' poses
+  its cameras (their intrinsics stay the task's, the images' own), the initial camera
+  input camera 0, the bounds the valid points' box. A failed call (the tool's "flag"
+  mode) leaves no valid point, so the bounds are not finite and the episode starts done;
+  the poses stay the dataset's."""
+  if not task.has_input_images:
+    raise ValueError("with_reconstruction: Task.input_images is empty "
+                     f"{tuple(task.input_images.shape)}; the reconstruction needs the input "
+                     "views' images (the loader's input_images=True)")
+  out = tool(images=task.input_images, count=task.num_input_cameras)
+  failed = out["failed"]
+  xyz, valid = out["points"], out["valid"] & ~failed
+  cloud = PointCloud(xyz=xyz, rgb=out["colors"], valid=valid,
+                     instance=jnp.full(valid.shape, -1, jnp.int32))
+  scene_min = jnp.min(jnp.where(valid[:, None], xyz, jnp.inf), 0)
+  scene_max = jnp.max(jnp.where(valid[:, None], xyz, -jnp.inf), 0)
+  poses = jnp.where(failed, task.input_cameras.world_from_camera, out["cameras"])
+  cameras = task.input_cameras.replace(world_from_camera=poses)
+  return task.replace(cloud=cloud, input_cameras=cameras,
+                      initial_camera=jax.tree.map(lambda x: x[0], cameras),
+                      scene_min=scene_min, scene_max=scene_max)
 
 
 def reset(key: Array, task: Task, params: Think3DParams = Think3DParams()):

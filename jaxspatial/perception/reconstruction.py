@@ -5,14 +5,20 @@ Each adapter wraps a model object with the real model's interface and turns fram
 `jaxspatial.perception.fusion`), camera-to-world OpenCV poses of the input views and, where
 known, their intrinsics at the model's resolution. From there:
 
+  reconstruct(frames, backend="pi3", checkpoint=...)  the entry point: (padded Morton-
+                              ordered `PointCloud`, input cameras `Camera` [N] at the
+                              frames' resolution); backends loaded once per checkpoint
   recon.to_pointcloud()       a padded, Morton-ordered `PointCloud` for the environments
-  reconstructor.host_function(P)  fixed shapes (points [P, 3], colors [P, 3] uint8,
-                              valid [P], cameras [N, 4, 4]) per scene of a batch
+  reconstructor.host_function(P)  fixed shapes (points [P, 3] Morton-ordered, colors
+                              [P, 3] uint8, valid [P], cameras [N, 4, 4]) per scene of a
+                              batch, optionally of the first `count` frames only
   reconstruction_tool(host_fn, P, N)  that function as a `HostTool`: `tool(images=...)`
-                              inside jit / vmap, one host call per batch (online)
+                              inside jit / vmap, one host call per batch (online;
+                              `envs.think3d.with_reconstruction` puts it into a Task)
 
 Offline, data_pipelines owns the files and Open3D (jaxspatial never imports it):
   data_pipelines.caches.write_reconstruction_cache(path, recon)   Think3D's RL cache (.npz)
+  data_pipelines.scene_caches.build_scene_caches   a benchmark's image sets -> caches
   data_pipelines.reconstruct.RGBDReconstructor   posed RGB-D views -> the same Reconstruction
 
 Model interfaces (read from the public code):
@@ -47,7 +53,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxspatial.geometry import Camera, PointCloud, pad_to_bucket, sort_spatially
-from jaxspatial.geometry.pointcloud import MIN_BUCKET
+from jaxspatial.geometry.pointcloud import MIN_BUCKET, morton_order
 from jaxspatial.perception import fusion
 from jaxspatial.perception.host_tool import HostTool
 
@@ -64,7 +70,10 @@ class Reconstruction:
   unpadded: all True); cameras_c2w [N, 4, 4] float32 camera-to-world, OpenCV axes;
   intrinsics [N, 3, 3] float32 at `image_size` (H, W), the frames the model saw, or None;
   pixel_index [M] int64, each point's flat pixel `frame * H * W + row * W + column` in those
-  frames (None when unknown, e.g. after Open3D's voxel grid)."""
+  frames (None when unknown, e.g. after Open3D's voxel grid); frame_layout (resized_h,
+  resized_w, top, left): the input frames were resized to that size and placed at (top,
+  left) in the model's frames (negative: cropped), None for a plain resize to
+  `image_size` (`cameras(frames_hw)` maps the intrinsics back through it)."""
 
   xyz: np.ndarray
   rgb: np.ndarray
@@ -73,14 +82,16 @@ class Reconstruction:
   intrinsics: np.ndarray | None
   image_size: tuple[int, int]
   pixel_index: np.ndarray | None = None
+  frame_layout: tuple[int, int, int, int] | None = None
 
   @classmethod
-  def from_fused(cls, fused: fusion.Fused, cameras_c2w, intrinsics,
-                 image_size) -> "Reconstruction":
+  def from_fused(cls, fused: fusion.Fused, cameras_c2w, intrinsics, image_size,
+                 frame_layout=None) -> "Reconstruction":
     return cls(xyz=fused.xyz, rgb=fused.rgb, valid=np.ones(len(fused.xyz), bool),
                cameras_c2w=np.asarray(cameras_c2w, np.float32),
                intrinsics=None if intrinsics is None else np.asarray(intrinsics, np.float32),
-               image_size=tuple(int(s) for s in image_size), pixel_index=fused.pixel_index)
+               image_size=tuple(int(s) for s in image_size), pixel_index=fused.pixel_index,
+               frame_layout=frame_layout)
 
   @property
   def num_points(self) -> int:
@@ -90,11 +101,16 @@ class Reconstruction:
   def num_views(self) -> int:
     return len(self.cameras_c2w)
 
-  def cameras(self) -> Camera:
-    """The input views as a `Camera` [N] (needs intrinsics)."""
+  def cameras(self, frames_hw: tuple[int, int] | None = None) -> Camera:
+    """The input views as a `Camera` [N] (needs intrinsics): at the model's resolution
+    (`image_size`), or with `frames_hw` at the input frames' (H, W)."""
     if self.intrinsics is None:
       raise ValueError("Reconstruction.intrinsics: this backend gives none, so no Camera")
-    return Camera.from_matrices(self.intrinsics, self.cameras_c2w)
+    intrinsics = self.intrinsics
+    if frames_hw is not None:
+      intrinsics = frame_intrinsics(intrinsics, frames_hw,
+                                    self.frame_layout or (*self.image_size, 0, 0))
+    return Camera.from_matrices(intrinsics, self.cameras_c2w)
 
   def to_pointcloud(self, min_bucket: int = MIN_BUCKET, sort: bool = True) -> PointCloud:
     """The valid points as a `PointCloud` padded to `bucket_size` (Morton-ordered unless
@@ -103,14 +119,17 @@ class Reconstruction:
     cloud = PointCloud.create(self.xyz[keep].reshape(-1, 3), self.rgb[keep].reshape(-1, 3))
     return pad_to_bucket(sort_spatially(cloud) if sort else cloud, min_bucket)
 
-  def padded(self, num_points: int) -> dict[str, np.ndarray]:
+  def padded(self, num_points: int, sort: bool = False) -> dict[str, np.ndarray]:
     """Fixed shapes: points [P, 3] float32, colors [P, 3] uint8, valid [P] bool, cameras
-    [N, 4, 4] float32. More than P points are cut by Think3D's stride rule."""
+    [N, 4, 4] float32. More than P points are cut by Think3D's stride rule; `sort` puts
+    the kept points in Morton order (as `to_pointcloud`)."""
     if int(num_points) != num_points or num_points < 1:
       raise ValueError(f"Reconstruction.padded.num_points: expected an integer >= 1, got "
                        f"{num_points!r}")
     keep = np.flatnonzero(self.valid)
     keep = keep[fusion.stride_indices(len(keep), int(num_points))]
+    if sort and len(keep):
+      keep = keep[morton_order(self.xyz[keep])]
     count = len(keep)
     points = np.zeros((num_points, 3), np.float32)
     colors = np.zeros((num_points, 3), np.uint8)
@@ -143,13 +162,19 @@ class _ReconstructionTool(HostTool):
         raise ValueError(f"reconstruction_tool.{field}: expected an integer >= 1, got "
                          f"{value!r}")
     self.num_points, self.num_views = int(num_points), int(num_views)
-    # HostTool passes inputs by keyword; the host function takes its frames positionally.
-    super().__init__(name, lambda images: host_fn(images),
-                     host_outputs(self.num_points, self.num_views), **options)
 
-  def __call__(self, images):
+    # HostTool passes inputs by keyword; the host function takes them positionally (a
+    # function of the frames alone still serves calls without `count`).
+    def call(images, count=None):
+      return host_fn(images) if count is None else host_fn(images, count)
+
+    super().__init__(name, call, host_outputs(self.num_points, self.num_views), **options)
+
+  def __call__(self, images, count=None):
     """One scene's frames [N, H, W, 3] uint8 (inside vmap: the batch, one host call) ->
-    points [P, 3], colors [P, 3] uint8, valid [P], cameras [N, 4, 4], failed."""
+    points [P, 3], colors [P, 3] uint8, valid [P], cameras [N, 4, 4], failed. `count`
+    ([] int): only the first `count` frames are real (a padded Task's input views); the
+    host function then reconstructs those and repeats the last camera."""
     images = jnp.asarray(images)
     # A wrong shape here would fail every call on the host (or be flagged as a tool
     # failure in flag mode): refuse it when traced instead.
@@ -160,7 +185,13 @@ class _ReconstructionTool(HostTool):
     if images.dtype != jnp.uint8:
       raise ValueError(f"reconstruction_tool {self.name!r}.images: expected dtype uint8, got "
                        f"{images.dtype}")
-    return super().__call__(images=images)
+    if count is None:
+      return super().__call__(images=images)
+    count = jnp.asarray(count)
+    if count.shape != () or not jnp.issubdtype(count.dtype, jnp.integer):
+      raise ValueError(f"reconstruction_tool {self.name!r}.count: expected an integer scalar "
+                       f"per scene, got {count.dtype}{list(count.shape)}")
+    return super().__call__(images=images, count=count.astype(jnp.int32))
 
 
 def reconstruction_tool(host_fn: Callable, num_points: int, num_views: int, *,
@@ -181,24 +212,36 @@ def reconstruction_tool(host_fn: Callable, num_points: int, num_views: int, *,
 class _Reconstructor:
   """What every image-only adapter (a `reconstruct(images)` method) shares."""
 
-  def host_function(self, num_points: int) -> Callable[..., dict[str, np.ndarray]]:
-    """fn(images [..., N, H, W, 3] uint8) -> padded outputs with the same leading axes
-    (`Reconstruction.padded`), scene by scene; `reconstruction_tool`'s host function."""
+  def host_function(self, num_points: int,
+                    sort: bool = True) -> Callable[..., dict[str, np.ndarray]]:
+    """fn(images [..., N, H, W, 3] uint8, count [...] = None) -> padded outputs with the
+    same leading axes (`Reconstruction.padded`; Morton-ordered points unless `sort` is
+    False), scene by scene; `reconstruction_tool`'s host function. With `count`, scene b
+    is reconstructed from its first count[b] frames and its cameras past them repeat the
+    last one (a Task's padding)."""
     if int(num_points) != num_points or num_points < 1:
       raise ValueError(f"host_function.num_points: expected an integer >= 1, got "
                        f"{num_points!r}")
 
-    def host(images):
+    def host(images, count=None):
       images = np.asarray(images)
       if images.ndim < 4:
         raise ValueError(f"host_function.images: expected shape [..., N, H, W, 3], got "
                          f"{images.shape}")
-      lead = images.shape[:-4]
+      lead, views = images.shape[:-4], images.shape[-4]
       scenes = images.reshape((-1,) + images.shape[-4:])
+      counts = (np.full(len(scenes), views) if count is None
+                else np.broadcast_to(np.asarray(count), lead).reshape(-1))
       if not len(scenes):  # an empty batch (a vmap over zero scenes)
         return {k: np.zeros(lead + shape, dtype) for k, (shape, dtype)
-                in host_outputs(num_points, images.shape[-4]).items()}
-      outs = [self.reconstruct(scene).padded(num_points) for scene in scenes]
+                in host_outputs(num_points, views).items()}
+      outs = []
+      for scene, used in zip(scenes, counts):
+        if not 1 <= used <= views:
+          raise ValueError(f"host_function.count: expected 1..{views} frames, got {used}")
+        out = self.reconstruct(scene[:used]).padded(num_points, sort)
+        out["cameras"] = out["cameras"][np.minimum(np.arange(views), used - 1)]
+        outs.append(out)
       return {k: np.stack([o[k] for o in outs]).reshape(lead + outs[0][k].shape)
               for k in outs[0]}
 
@@ -246,6 +289,55 @@ def resize_to_patch_multiple(images_NxHxWx3, patch: int = PATCH,
   return np.stack([np.asarray(Image.fromarray(f).resize((new_w, new_h),
                                                         Image.Resampling.LANCZOS))
                    for f in images])
+
+
+def frame_intrinsics(intrinsics_Nx3x3, frames_hw: tuple[int, int],
+                     layout: tuple[int, int, int, int]) -> np.ndarray:
+  """Intrinsics [N, 3, 3] at the model's frames -> at the input frames (H, W), which were
+  resized to layout's (h, w) and placed at its (top, left). Pixel centres are integers in
+  both (OpenCV's and PIL's resize align pixel areas): a model pixel u' is the frame's
+  u = (u' - left + 0.5) * W / w - 0.5, so f = f' W / w and c = (c' - left + 0.5) W / w - 0.5."""
+  k = np.array(intrinsics_Nx3x3, np.float64)
+  height, width = frames_hw
+  resized_h, resized_w, top, left = layout
+  for axis, (frame, resized, offset) in enumerate(((width, resized_w, left),
+                                                   (height, resized_h, top))):
+    scale = frame / resized
+    k[:, axis, axis] *= scale
+    k[:, axis, 2] = (k[:, axis, 2] - offset + 0.5) * scale - 0.5
+  return k.astype(np.float32)
+
+
+def vggt_layout(height: int, width: int, mode: str,
+                target: int = 518) -> tuple[int, int, int, int]:
+  """Where VGGT's own loader (`vggt.vggt_preprocess`, "crop" / "pad") puts a frame of
+  (height, width): (resized_h, resized_w, top, left) in its model frame."""
+  # pylint: disable-next=import-outside-toplevel
+  from jaxspatial.perception.vggt import VGGT_PATCH
+  scaled_h = round(height * (target / width) / VGGT_PATCH) * VGGT_PATCH
+  if mode == "crop":
+    return scaled_h, target, -((scaled_h - target) // 2) if scaled_h > target else 0, 0
+  if width >= height:
+    resized_h, resized_w = scaled_h, target
+  else:
+    resized_h, resized_w = target, round(width * (target / height) / VGGT_PATCH) * VGGT_PATCH
+  return resized_h, resized_w, (target - resized_h) // 2, (target - resized_w) // 2
+
+
+def da3_layout(height: int, width: int, process_res: int,
+               method: str) -> tuple[int, int, int, int] | None:
+  """Where Depth-Anything-3's input processor puts a frame of (height, width): None for
+  the "*resize" methods (a resize of the whole frame), else (resized_h, resized_w, top,
+  left) of its "*crop" methods (the longest / shortest side to process_res, then a centre
+  crop to multiples of 14)."""
+  if not method.endswith("crop"):
+    return None
+  side = max(height, width) if method.startswith("upper") else min(height, width)
+  scale = process_res / side
+  resized_h, resized_w = ((height, width) if side == process_res else
+                          (max(1, round(height * scale)), max(1, round(width * scale))))
+  return (resized_h, resized_w, -((resized_h - resized_h // PATCH * PATCH) // 2),
+          -((resized_w - resized_w // PATCH * PATCH) // 2))
 
 
 def to_unit_chw(images_NxHxWx3: np.ndarray, channel_order: str = "rgb") -> np.ndarray:
@@ -509,7 +601,9 @@ class VGGTReconstructor(_Reconstructor):
     fused = fusion.fuse_vggt(out["world_points"][0], out["world_points_conf"][0], frames,
                              conf_percentile=self.conf_percentile, min_conf=self.min_conf,
                              num_std=self.num_std, max_points=self.max_points)
-    return Reconstruction.from_fused(fused, poses, intrinsics, image_size)
+    layout = (None if self.preprocess_mode == "think3d" else
+              vggt_layout(*np.shape(images_NxHxWx3)[1:3], self.preprocess_mode))
+    return Reconstruction.from_fused(fused, poses, intrinsics, image_size, layout)
 
 
 class DepthAnything3Reconstructor(_Reconstructor):
@@ -520,7 +614,8 @@ class DepthAnything3Reconstructor(_Reconstructor):
   extrinsics and intrinsics are unprojected per view (`fusion.fuse_depth`): DA3's own
   confidence rule (its GLB export: 1.05 clamped into the 40th..90th percentiles), then
   Think3D's tail (Mahalanobis 3 std, stride cap 1,500,000). Colours: DA3's processed
-  images. Cameras: the inverse of the extrinsics (camera-to-world, OpenCV)."""
+  images. Cameras: the inverse of the extrinsics (camera-to-world, OpenCV); `da3_layout`
+  maps the intrinsics back to the frames."""
 
   def __init__(self, model, *, process_res: int = 504,
                process_res_method: str = "upper_bound_resize",
@@ -592,5 +687,83 @@ class DepthAnything3Reconstructor(_Reconstructor):
                               out["conf"], conf_threshold=self.conf_threshold,
                               conf_percentiles=self.conf_percentiles, num_std=self.num_std,
                               max_points=self.max_points)
-    return Reconstruction.from_fused(fused, poses, out["intrinsics"], out["depth"].shape[1:])
+    layout = da3_layout(*np.shape(images_NxHxWx3)[1:3], self.process_res,
+                        self.process_res_method)
+    return Reconstruction.from_fused(fused, poses, out["intrinsics"], out["depth"].shape[1:],
+                                     layout)
 
+
+# The entry point.
+
+BACKENDS = {"pi3": Pi3Reconstructor, "vggt": VGGTReconstructor,
+            "da3": DepthAnything3Reconstructor}
+_LOADED: dict[tuple, Any] = {}  # (backend, checkpoint, device, options) -> reconstructor
+
+
+def _backend_name(backend) -> str:
+  if not isinstance(backend, str) or backend not in BACKENDS:
+    raise ValueError(f"reconstruct.backend: expected one of {tuple(BACKENDS)} or an object "
+                     f"with a reconstruct(frames) method, got {backend!r}")
+  return backend
+
+
+def load_reconstructor(backend: str, checkpoint, device: str = "cpu", **options):
+  """The adapter `backend` ("pi3", "vggt", "da3") from a local checkpoint through its
+  `from_pretrained(checkpoint, device, **options)`, loaded once per (backend, checkpoint,
+  device, options) in this process: later calls return the same object."""
+  name = _backend_name(backend)
+  if checkpoint is None or not os.fspath(checkpoint):
+    raise ValueError(f"reconstruct: backend {name!r} needs checkpoint= (a local folder or "
+                     f"file of {BACKENDS[name].__name__}'s weights; nothing is downloaded)")
+  key = (name, os.path.realpath(os.fspath(checkpoint)), str(device),
+         repr(sorted(options.items())))
+  if key not in _LOADED:
+    _LOADED[key] = BACKENDS[name].from_pretrained(checkpoint, device=device, **options)
+  return _LOADED[key]
+
+
+def reconstruct(frames_NxHxWx3, backend="pi3", *, checkpoint=None, device: str = "cpu",
+                min_bucket: int = MIN_BUCKET, **options) -> tuple[PointCloud, Camera]:
+  """Frames (uint8 RGB [N, H, W, 3]) -> (cloud, cameras).
+
+  cloud: the fused points as a `PointCloud` padded to `bucket_size` (at least
+  `min_bucket`), Morton-ordered. cameras: the input views as a `Camera` [N], camera-to-
+  world OpenCV poses with intrinsics at the frames' resolution (H, W): the backend's,
+  mapped back through its resize (Pi3 predicts none: they are fitted to its local point
+  maps, `estimate_intrinsics`). A backend that gives no intrinsics is an error (its
+  `reconstruct(frames)` still gives the poses alone, `Reconstruction.cameras_c2w`).
+
+  backend: "pi3", "vggt" or "da3", loaded from `checkpoint` on `device` with `options`
+  (the adapter's, e.g. conf_threshold) once per process (`load_reconstructor`); or any
+  object with a `reconstruct(frames, **options) -> Reconstruction` method, which gets the
+  options (e.g. `data_pipelines.reconstruct.RGBDReconstructor()` with `depths_NxHxW=` and
+  `cameras=`)."""
+  frames = check_frames("reconstruct", frames_NxHxWx3)
+  if isinstance(backend, str):
+    if backend == "pi3" and options.get("estimate_intrinsics", True) is False:
+      raise ValueError("reconstruct: backend 'pi3' with estimate_intrinsics=False gives no "
+                       "intrinsics, so no cameras; call Pi3Reconstructor.reconstruct for the "
+                       "poses alone")
+    reconstructor = load_reconstructor(backend, checkpoint, device, **options)
+    recon = reconstructor.reconstruct(frames)
+    name = backend
+  else:
+    if not callable(getattr(backend, "reconstruct", None)):
+      raise TypeError(f"reconstruct.backend: expected one of {tuple(BACKENDS)} or an object "
+                      f"with a reconstruct(frames) method, got {type(backend).__name__}")
+    if checkpoint is not None:
+      raise ValueError(f"reconstruct: checkpoint= is for the named backends "
+                       f"{tuple(BACKENDS)}; {type(backend).__name__} is already built")
+    recon = backend.reconstruct(frames, **options)
+    name = type(backend).__name__
+  if not isinstance(recon, Reconstruction):
+    raise TypeError(f"reconstruct: backend {name} returned {type(recon).__name__}, expected "
+                    f"a Reconstruction")
+  if recon.num_views != len(frames):
+    raise ValueError(f"reconstruct: backend {name} returned {recon.num_views} cameras for "
+                     f"{len(frames)} frames")
+  if recon.intrinsics is None:
+    raise ValueError(f"reconstruct: backend {name} gave no intrinsics (Pi3: the fit to its "
+                     f"local point maps failed), so no cameras; its "
+                     f"reconstruct(frames).cameras_c2w holds the poses alone")
+  return recon.to_pointcloud(min_bucket), recon.cameras(frames.shape[1:3])

@@ -25,9 +25,12 @@ and 5xx with exponential backoff (never 4xx or a malformed 200), and stops at a 
 deadline; every failure is one `ToolError` naming the tool, the URL, the input shapes and
 the cause. Server responses are hostile input: parsing never crashes or hangs.
 
-`TOOL_FACTORIES` (family name -> zero-arg factory returning {tool name: callable}) is the
-registry `launch/perception_server.py` serves from: "echo" and "empty" (diagnostics) and
-"ocr" (`jaxspatial.perception.ocr`, imported when built).
+`TOOL_FACTORIES` (family name -> `factory(folder=None, names=None)` returning {tool name:
+callable} for `names`, default all the family's) is
+what `launch/perception_server.py` serves from: "echo" and "empty" (diagnostics, no model)
+and PERIA's perception families "ocr", "sam3", "grounding_dino" from the registry
+(`jaxspatial.perception.tools`; a family's model folder goes to its factory). `build_tools`
+takes families and public tool names alike.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from jaxspatial.perception import tools as perception_tools
 from jaxspatial.perception.host_tool import ToolError  # one error for local and remote tools
 
 DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
@@ -701,44 +705,73 @@ def empty(*args, **kwargs) -> dict[str, Any]:
   return {}
 
 
-def _ocr_tools() -> dict[str, Callable]:
-  """`jaxspatial.perception.ocr.TOOLS` on one `RapidOCRBackend` (loaded once, shared)."""
-  try:
-    from jaxspatial.perception import ocr  # pylint: disable=import-outside-toplevel
-  except ModuleNotFoundError as error:
-    if error.name != "jaxspatial.perception.ocr":
-      raise
-    raise ImportError("the 'ocr' tools need jaxspatial.perception.ocr, which is not "
-                      "installed in this checkout") from error
-  backend = ocr.RapidOCRBackend()
-  tools = {}
-  for name, fn in ocr.TOOLS.items():
-    try:
-      takes_backend = "backend" in inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-      takes_backend = False
-    tools[name] = functools.partial(fn, backend=backend) if takes_backend else fn
-  return tools
+def _no_model(family: str, tools: dict[str, Callable]) -> Callable:
+  """A factory for a family that takes no model folder."""
+  def factory(folder=None, names=None) -> dict[str, Callable]:
+    if folder:
+      raise ValueError(f"tool family {family!r} takes no model folder, got {folder!r}")
+    return {n: fn for n, fn in tools.items() if names is None or n in names}
+  return factory
 
 
-TOOL_FACTORIES: dict[str, Callable[[], dict[str, Callable]]] = {
-    "echo": lambda: {"echo": echo},
-    "empty": lambda: {"empty": empty},
-    "ocr": _ocr_tools,
+def _registry_family(family: str, folder=None, names=None) -> dict[str, Callable]:
+  """The family's tools (`names`, default all) of `jaxspatial.perception.TOOLS` as text
+  functions (`text_fn`: `fn(image, bounding_box=None, **arguments) -> str`) on one
+  backend: the folder's (loaded once), else the family's default (OCR: PP-OCRv4) or its
+  environment variable; a family that needs a folder and has none is a ModelFolderError
+  naming the first tool asked for."""
+  chosen = perception_tools.select([family] if names is None else names,
+                                   {family: folder} if folder else None)
+  return {name: tool.text_fn() for name, tool in chosen.items()}
+
+
+TOOL_FACTORIES: dict[str, Callable[..., dict[str, Callable]]] = {
+    "echo": _no_model("echo", {"echo": echo}),
+    "empty": _no_model("empty", {"empty": empty}),
+    **{family: functools.partial(_registry_family, family)
+       for family in perception_tools.FAMILIES},
 }
 
 
-def build_tools(families) -> dict[str, Callable]:
-  """The tools of the named `TOOL_FACTORIES` families, merged; an unknown family or a tool
-  name two families share is a ValueError."""
-  unknown = [f for f in families if f not in TOOL_FACTORIES]
+def _family_of(name: str) -> str:
+  """A family's own name, or the family of a public perception tool."""
+  return name if name in TOOL_FACTORIES else perception_tools.TOOLS[name].family
+
+
+def build_tools(names, models: dict | None = None) -> dict[str, Callable]:
+  """The tools of `names`, each a `TOOL_FACTORIES` family (all its tools) or a public
+  perception tool name (`jaxspatial.perception.TOOLS`); `models` {family: model folder}
+  (empty folders are ignored). ValueError for an unknown name, a folder for a family not
+  served, or a tool named twice; ModelFolderError (a ValueError) for a family whose folder
+  is missing or does not load."""
+  names = list(names)
+  unknown = [n for n in names if n not in TOOL_FACTORIES and n not in perception_tools.TOOLS]
   if unknown:
-    raise ValueError(f"unknown tool families {unknown}; known: {sorted(TOOL_FACTORIES)}")
+    raise ValueError(f"unknown tool families or tools {unknown}; families: "
+                     f"{sorted(TOOL_FACTORIES)}; tools: {sorted(perception_tools.TOOLS)}")
+  models = {k: v for k, v in dict(models or {}).items() if v}
+  strange = sorted(set(models) - set(TOOL_FACTORIES))
+  if strange:
+    raise ValueError(f"model folders for unknown families {strange}; families: "
+                     f"{sorted(TOOL_FACTORIES)}")
+  families = list(dict.fromkeys(_family_of(n) for n in names))
+  unused = sorted(set(models) - set(families))
+  if unused:
+    raise ValueError(f"model folders given for {unused}, but no tool of "
+                     f"{'that family' if len(unused) == 1 else 'those families'} is served "
+                     f"(serving {names})")
+  # Each family's factory runs once, for the tools asked of it (None: all of them).
+  wanted = {f: None if f in names else list(dict.fromkeys(n for n in names
+                                                         if _family_of(n) == f))
+            for f in families}
+  built = {f: TOOL_FACTORIES[f](models.get(f), wanted[f]) for f in families}
   tools: dict[str, Callable] = {}
-  for family in families:
-    for name, fn in TOOL_FACTORIES[family]().items():
-      if name in tools:
-        raise ValueError(f"tool {name!r} of family {family!r} is already served by another "
-                         f"family in {list(families)}")
-      tools[name] = fn
+  for name in names:
+    family = _family_of(name)
+    chosen = built[family] if name == family else {name: built[family][name]}
+    for tool, fn in chosen.items():
+      if tool in tools:
+        raise ValueError(f"tool {tool!r} of family {family!r} is already served by another "
+                         f"entry in {names}")
+      tools[tool] = fn
   return tools

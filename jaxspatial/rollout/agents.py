@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -195,13 +195,17 @@ THINK3D_INTERMEDIATE, THINK3D_FINAL, THINK3D_REJECTED = range(3)
 class Think3DAgent(turns.AnswerTurns):
   """Think3D: the task's input views in the first prompt, then views of the reconstruction
   (anchor camera, azimuth, elevation, ego or global), then a multiple-choice answer.
-  `views`: "free" angles, or the paper-era RL prompt's three "preset" views."""
+  `views`: "free" angles, or the paper-era RL prompt's three "preset" views.
+  `reconstruction`: a `perception.reconstruction_tool` (None: the dataset's cloud and
+  cameras): at reset the scene is reconstructed from the task's input images inside the
+  compiled rollout, one host call per batch (`think3d.with_reconstruction`)."""
   params: think3d.Think3DParams = think3d.Think3DParams()
   reward_config: Think3DRewardConfig = Think3DRewardConfig()
   max_cameras: int = 8
   views: str = "free"
   system_prompt: str = prompts.THINK3D_SYSTEM
   prefill: str = ""   # the chat template's reply opening (turns.AnswerTurns)
+  reconstruction: Any = None
 
   name: ClassVar[str] = "think3d"
   accuracy_key: ClassVar[str] = "correct"
@@ -214,6 +218,10 @@ class Think3DAgent(turns.AnswerTurns):
                                      max_rounds=max_turns - 1,
                                      num_prompt_images=agent.input_views),
                Think3DRewardConfig(**(reward_weights or {})), views=agent.views)
+
+  def with_reconstruction(self, tool) -> "Think3DAgent":
+    """This agent reconstructing each task's scene from its input images with `tool`."""
+    return dataclasses.replace(self, reconstruction=tool)
 
   def first_prompts(self, tokenizer, tasks, image_tokens: int, length: int | None = None):
     """(ids, mask): the task's first `num_prompt_images` input views (padding views
@@ -277,6 +285,8 @@ class Think3DAgent(turns.AnswerTurns):
   def reset(self, key, task):
     """The prompt's input views [N, H, W, 3] (`Think3DParams.num_prompt_images`; the prompt
     masks those past `task.num_input_cameras`)."""
+    if self.reconstruction is not None:
+      task = think3d.with_reconstruction(self.reconstruction, task)
     obs, state = think3d.reset(key, task, self.params)
     return obs.input_images, self._numbers(obs), state
 

@@ -310,7 +310,8 @@ def _turn_contains(automaton: TokenAutomaton, tokens_T: Array, count: Array,
 
 def rollout(model, agent, automaton: TokenAutomaton, template: ObservationTemplate, tasks,
             prompt_ids_BxL: Array, prompt_mask_BxL: Array, key: Array, config: RolloutConfig,
-            judge: Callable | None = None, forced_BxTxN: Array | None = None) -> Trajectory:
+            judge: Callable | None = None, forced_BxTxN: Array | None = None,
+            judge_state=None) -> Trajectory:
   """Runs B episodes. `tasks` is a batch of `Task`s; the prompt holds the image tokens of
   the N views `agent.reset` returns (N x `image_tokens(model, agent.image_size)`, in order;
   views the prompt masks still take their slots). Jit it with `nnx.jit` and `agent`,
@@ -325,7 +326,9 @@ def rollout(model, agent, automaton: TokenAutomaton, template: ObservationTempla
   samples where >= 0 (scripted policies, replaying a trajectory, teacher forcing); their
   log-probabilities are still the policy's. `judge(question [B, Lq], answer [B, A],
   references [B, R, La]) -> bool [B]` runs on the host at the end (an LLM judge) and
-  replaces the rule judge; its verdict counts only for episodes that answered."""
+  replaces the rule judge; its verdict counts only for episodes that answered. A judge
+  with `on_device` (`perception.PolicyJudge`: a jaxspatial policy) runs inside this
+  program instead: `judge.verdicts(judge_state, question, answer, references, key)`."""
   check_turn_budget(agent, config, automaton)
   batch, prompt_length = prompt_ids_BxL.shape
   turns = config.max_turns
@@ -495,7 +498,13 @@ def rollout(model, agent, automaton: TokenAutomaton, template: ObservationTempla
 
   answered = jnp.any(record["turn_answer"], -1)
   verdict = None
-  if judge is not None:
+  if getattr(judge, "on_device", False):
+    if judge_state is None:
+      raise ValueError(f"rollout: the on-device judge {judge!r} needs judge_state "
+                       "(judge.state())")
+    verdict = judge.verdicts(judge_state, tasks.question_ids, record["answer"],
+                             tasks.answer_ids, jax.random.fold_in(key, 2 ** 22))
+  elif judge is not None:
     verdict = jax.experimental.io_callback(
         judge, jax.ShapeDtypeStruct((batch,), jnp.bool_), tasks.question_ids, record["answer"],
         tasks.answer_ids, ordered=False)
@@ -522,13 +531,14 @@ def rollout(model, agent, automaton: TokenAutomaton, template: ObservationTempla
 def compile_rollout(agent, template: ObservationTemplate, config: RolloutConfig,
                     judge: Callable | None = None):
   """`rollout` under `nnx.jit`: f(model, automaton, tasks, prompt_ids, prompt_mask, key,
-  forced=None)."""
+  forced=None, judge_state=None); an on-device judge's `state()` goes in `judge_state`."""
   from flax import nnx  # pylint: disable=import-outside-toplevel
 
   @nnx.jit
-  def run(model, automaton, tasks, prompt_ids, prompt_mask, key, forced=None):
+  def run(model, automaton, tasks, prompt_ids, prompt_mask, key, forced=None,
+          judge_state=None):
     return rollout(model, agent, automaton, template, tasks, prompt_ids, prompt_mask, key,
-                   config, judge, forced)
+                   config, judge, forced, judge_state)
   return run
 
 

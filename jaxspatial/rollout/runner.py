@@ -30,8 +30,9 @@ class AgentRollout:
   config: episode.RolloutConfig
   image_tokens: int
   prompt_tokens: int | None = None   # first prompts left-padded to this length
-  # Host judges (LLM judges through `jaxspatial.perception.judge`; None: the agent's rule
-  # judge on device): of the sampled rollouts, and of greedy evaluation (default: judge).
+  # Judges (LLM judges through `jaxspatial.perception.judge` on the host, or a
+  # `perception.PolicyJudge` on device; None: the agent's rule judge on device): of the
+  # sampled rollouts, and of greedy evaluation (default: judge).
   judge: Any = None
   eval_judge: Any = None
 
@@ -89,11 +90,14 @@ class AgentRollout:
         self.config, temperature=temperature)
     judge = None if not judged else (self.eval_judge or self.judge) if evaluation else self.judge
     run = episode.compile_rollout(self.agent, self.template, config, judge)
+    # An on-device judge (a jaxspatial policy) is an argument of the program, not a constant.
+    judge_state = judge.state() if getattr(judge, "on_device", False) else None
     inputs = (tasks, prompt_ids, prompt_mask) + (() if forced is None else (forced,))
     if mesh is not None:
       inputs = global_batch(inputs, mesh)
       with jax.set_mesh(mesh):
         return run(model, self.automaton, *inputs[:3], key,
-                   None if forced is None else inputs[3])
+                   None if forced is None else inputs[3], judge_state)
     inputs = jax.tree.map(jnp.asarray, inputs)
-    return run(model, self.automaton, *inputs[:3], key, None if forced is None else inputs[3])
+    return run(model, self.automaton, *inputs[:3], key, None if forced is None else inputs[3],
+               judge_state)

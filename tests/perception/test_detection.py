@@ -284,3 +284,26 @@ def test_an_image_too_small_for_the_model_is_error_text(backend):
   text = backend.grounding_dino(thin, "cat.")
   assert text.startswith("Error executing grounding_dino: the model cannot read this 3 x 40 "
                          "image"), text
+
+
+def test_the_registrys_grounding_dino_answers_as_the_backend_and_builds_in_a_recipe(
+    dino_folder, backend, image, monkeypatch):
+  import ml_collections
+  from jaxspatial.perception import TOOLS
+  from recipes.agents import make_perception
+  monkeypatch.delenv("JAXSPATIAL_GROUNDING_DINO_MODEL", raising=False)
+  tool = TOOLS["grounding_dino"].bind(dino_folder)
+  text = tool.text(image, image_index=1, question="cat. red car.")
+  assert text == backend.grounding_dino(image, "cat. red car.")
+  assert tool(image, question="cat. red car.") == _result(text)
+  assert tool(image, question=" . ") == {
+      "error": "Error executing grounding_dino: question has no label; expected labels "
+               "separated by periods, got ' . '"}
+  c = ml_collections.ConfigDict({"perception": dict(
+      tools=("grounding_dino",), url="", max_tokens=64, timeout_s=30.0, retries=0,
+      models=dict(ocr="", sam3="", grounding_dino=str(dino_folder)))})
+  (host,) = make_perception(c, tokenizer=type("T", (), {"pad_token_id": 0})())
+  assert host.name == "grounding_dino" and host.max_tokens == 64
+  # Inside the rollout the grammar writes no question yet: the tool says it is missing.
+  assert host.text(image, None).startswith("Error executing grounding_dino: question is "
+                                           "missing")

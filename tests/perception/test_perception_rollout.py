@@ -1,6 +1,8 @@
 """Perception tools inside the compiled rollout: a PERIA episode calls `text_ocr` (the real
 PP-OCRv4 model on the host) and its observation holds the recognised text; a rollout with
-a host tool on 8 fake CPU devices equals the single-device rollout."""
+a host tool on 8 fake CPU devices equals the single-device rollout; Think3D reconstructs
+its scene from the input images inside jit (the full rollout's equality is a `make
+train-checks` test: tests/recipes/test_think3d_reconstruction.py)."""
 
 import os
 import pathlib
@@ -192,3 +194,73 @@ def test_a_perception_server_that_dies_mid_rollout_is_the_tools_error_text(polic
   lengths = traj.observation_text_length[0, :2]
   assert (lengths > 0).all()  # both text results recorded for OR-GIGPO's step groups
   assert len(served) == 2
+
+
+
+def think3d_reconstruction_case(size: int = 28, points: int = 2048, slots: int = 3):
+  """Think3D tasks whose scenes are reconstructed from their input images by the Pi3
+  adapter over the tiny torch Pi3 of the reconstruction tests (two real views of three
+  camera slots): (reconstructor, the dataset's tasks (a cloud behind the cameras: its views
+  are blank), the same tasks with cloud and poses from `perception.reconstruct` on the
+  host, the agent)."""
+  # Imported here: torch only for the tests that reconstruct.
+  # pylint: disable=import-outside-toplevel
+  from jaxspatial.envs import think3d
+  from jaxspatial.perception import Pi3Reconstructor, reconstruct
+  from tests.perception.test_reconstruction import TinyPi3, frames, pinhole
+  intrinsics = np.stack([pinhole(size, size, 1.5, "grid")] * slots)
+  scenes = [frames(size, size), frames(size, size)[:, :, ::-1]]
+  reconstructor = Pi3Reconstructor(TinyPi3())
+
+  def task(cloud, poses, images):
+    return Task.create(cloud, Camera.from_matrices(intrinsics, poses), num_input_cameras=2,
+                       input_images=images, question_ids=list(b"Which? (A) a (B) b"),
+                       answer_choice=1)
+
+  behind = PointCloud.create(np.array([[0.0, 0.0, -5.0], [0.1, 0.0, -5.0]], np.float32))
+  dataset = _stack([task(behind, np.stack([np.eye(4)] * slots), s) for s in scenes])
+  beforehand = []
+  for images in scenes:
+    cloud, cameras = reconstruct(images, backend=reconstructor, min_bucket=points)
+    beforehand.append(task(cloud, np.asarray(cameras.world_from_camera)[[0, 1, 1]], images))
+  agent = agents.Think3DAgent(think3d.Think3DParams(width=size, height=size, max_rounds=2,
+                                                    num_prompt_images=slots))
+  return reconstructor, dataset, _stack(beforehand), agent
+
+
+def test_think3d_reconstructs_its_scene_from_the_input_images_at_reset_inside_jit():
+  """The rollout's first call (`vmap(agent.reset)`) and then an ego view, under jit:
+  online reconstruction (one host call for the batch) gives the tasks, views and numbers
+  of the same calls on tasks reconstructed beforehand; a failed call (flag mode) starts
+  the episodes done."""
+  from jaxspatial.envs import think3d  # pylint: disable=import-outside-toplevel
+  from jaxspatial.perception import reconstruction_tool  # pylint: disable=import-outside-toplevel
+  reconstructor, dataset, beforehand, agent = think3d_reconstruction_case()
+  tool = reconstruction_tool(reconstructor.host_function(2048), 2048, 3)
+  keys = jax.random.split(jax.random.PRNGKey(0), 2)
+
+  def start(agent, tasks):  # global views read the bounds and cameras compared below
+    images, numbers, state = jax.vmap(agent.reset)(keys, tasks)
+    action = think3d.Think3DAction.create(think3d.VIEW, 1, 30.0, 10.0, think3d.EGO)
+    obs, state, _, _, _ = jax.vmap(lambda s: think3d.step(keys[0], s, action,
+                                                          agent.params))(state)
+    return images, numbers, obs.image, state
+
+  got = jax.device_get(jax.jit(lambda t: start(agent.with_reconstruction(tool), t))(dataset))
+  expected = jax.device_get(jax.jit(lambda t: start(agent, t))(beforehand))
+  assert tool.stats()["tools/reconstruct/calls"] == 1 and tool.stats()[
+      "tools/reconstruct/rows"] == 2
+  for name, a, b in zip(("input views", "numbers", "view"), got[:3], expected[:3]):
+    np.testing.assert_array_equal(a, b, err_msg=name)
+  for name in ("cloud", "input_cameras", "initial_camera", "scene_min", "scene_max"):
+    jax.tree.map(lambda a, b, name=name: np.testing.assert_array_equal(a, b, err_msg=name),
+                 getattr(got[3].task, name), getattr(expected[3].task, name))
+  assert not got[3].done.any()
+  drawn = (got[2] != 255).any(-1).mean((-1, -2))  # the reconstruction, not the blank dataset
+  assert (drawn > 0.02).all(), drawn
+
+  def broken(images, count):
+    raise RuntimeError("no GPU")
+  flagged = reconstruction_tool(broken, 2048, 3, name="broken", on_error="flag")
+  _, _, state = jax.jit(jax.vmap(agent.with_reconstruction(flagged).reset))(keys, dataset)
+  assert np.asarray(state.done).all() and not np.asarray(state.task.cloud.valid).any()

@@ -140,13 +140,17 @@ def test_host_function_as_a_host_tool_under_jit_and_vmap():
   reconstructor = Pi3Reconstructor(TinyPi3())
   images = frames()
   recon = reconstructor.reconstruct(images)
-  host = reconstructor.host_function(4096)
+  host = reconstructor.host_function(4096, sort=False)  # fusion order, to compare with recon
   out = host(images)
   assert out["points"].shape == (4096, 3) and out["colors"].dtype == np.uint8
   assert out["valid"].sum() == recon.num_points and out["cameras"].shape == (2, 4, 4)
   np.testing.assert_array_equal(out["points"][:recon.num_points], recon.xyz)
   assert not out["points"][recon.num_points:].any()
-  small = reconstructor.host_function(300)(images)  # cut by Think3D's stride rule
+  # A padded scene: its first `count` frames are reconstructed, the last camera repeats.
+  padded = host(np.concatenate([images, images[:1] * 0]), count=2)
+  np.testing.assert_array_equal(padded["points"], out["points"])
+  np.testing.assert_array_equal(padded["cameras"], out["cameras"][[0, 1, 1]])
+  small = reconstructor.host_function(300, sort=False)(images)  # Think3D's stride rule
   chosen = fusion.stride_indices(recon.num_points, 300)
   np.testing.assert_array_equal(small["points"][:len(chosen)], recon.xyz[chosen])
   tool = reconstruction_tool(host, 4096, 2)
@@ -325,6 +329,16 @@ def test_depth_anything_3_through_unprojection():
   threshold = min(max(1.05, np.percentile(pred.conf, 40)), np.percentile(pred.conf, 90))
   assert (pred.conf.reshape(-1)[recon.pixel_index] >= threshold).all()
   assert recon.num_points < 0.6 * 2 * 27 * 36  # DA3's rule dropped the least confident 40%
+  # The entry point's cameras are at the 30 x 40 frames: the 27 x 36 resize undone (focal
+  # 1.1 x 36 becomes 1.1 x 40 on both axes, the principal point the grid's centre).
+  _, cameras = reconstruction.reconstruct(images, backend=reconstructor)
+  np.testing.assert_allclose(np.asarray(cameras.fx), 44.0, rtol=1e-5)
+  np.testing.assert_allclose(np.asarray(cameras.fy), 44.0, rtol=1e-5)
+  np.testing.assert_allclose([cameras.cx[0], cameras.cy[0]], [19.5, 14.5], atol=1e-4)
+  # DA3's crop methods: the side to process_res, then a centre crop to multiples of 14.
+  assert reconstruction.da3_layout(30, 40, 36, "upper_bound_crop") == (27, 36, -6, -4)
+  assert reconstruction.da3_layout(30, 40, 28, "lower_bound_crop") == (28, 37, 0, -4)
+  assert reconstruction.da3_layout(30, 40, 36, "upper_bound_resize") is None
 
 
 def test_rgbd_backend_gives_the_same_output_type():
@@ -342,6 +356,14 @@ def test_rgbd_backend_gives_the_same_output_type():
   np.testing.assert_allclose(recon.cameras_c2w, poses, atol=1e-6)
   np.testing.assert_allclose(recon.intrinsics, np.stack([k, k]), rtol=1e-6)
   assert recon.to_pointcloud().num_points == bucket_size(recon.num_points)
+  # Through the entry point: its keyword arrays reach the backend; the frames are the
+  # depth's, so the cameras come back as given.
+  cloud, back = reconstruction.reconstruct(images, backend=RGBDReconstructor(voxel_size=0.05),
+                                           depths_NxHxW=local[..., 2].astype(np.float32),
+                                           cameras=cameras)
+  assert int(np.asarray(cloud.valid).sum()) == recon.num_points
+  np.testing.assert_allclose(np.asarray(back.intrinsic_matrix), np.stack([k, k]), rtol=1e-6)
+  np.testing.assert_allclose(np.asarray(back.world_from_camera), poses, atol=1e-6)
   with pytest.raises(TypeError, match=r"RGBDReconstructor\.cameras: expected a Camera"):
     RGBDReconstructor().reconstruct(images, local[..., 2], poses)
 
@@ -443,3 +465,84 @@ def test_bad_inputs_and_outputs_are_named():
     DepthAnything3Reconstructor(WrongDA3(), process_res=28).reconstruct(images)
   with pytest.raises(ValueError, match=r"host_function\.num_points: expected an integer >= 1"):
     good.host_function(0)
+
+
+class CountedPi3(TinyPi3):
+  loads = 0
+
+  def __init__(self, seed=0):
+    super().__init__(seed)
+    CountedPi3.loads += 1
+
+
+def test_reconstruct_loads_a_backend_once_and_gives_cameras_at_the_frames_size(monkeypatch,
+                                                                                 tmp_path):
+  from safetensors.torch import save_file
+  fake = types.ModuleType("pi3.models.pi3")
+  fake.Pi3 = CountedPi3
+  for name, module in (("pi3", types.ModuleType("pi3")),
+                       ("pi3.models", types.ModuleType("pi3.models")), ("pi3.models.pi3", fake)):
+    monkeypatch.setitem(sys.modules, name, module)
+  monkeypatch.setattr(reconstruction, "_LOADED", {})
+  path = tmp_path / "model.safetensors"
+  save_file({k: v.contiguous() for k, v in TinyPi3(seed=3).state_dict().items()}, str(path))
+  images = frames()  # 25 x 38: Pi3 sees them at 28 x 42
+  CountedPi3.loads = 0
+  cloud, cameras = reconstruction.reconstruct(images, backend="pi3", checkpoint=path)
+  again, _ = reconstruction.reconstruct(images, backend="pi3", checkpoint=str(path))
+  assert CountedPi3.loads == 1  # cached per (backend, checkpoint): loaded once
+  np.testing.assert_array_equal(np.asarray(again.xyz), np.asarray(cloud.xyz))
+  _, _, (xyz, rgb, _) = reference_pi3(TinyPi3(seed=3), images)
+  valid = np.asarray(cloud.valid)
+  assert cloud.num_points == bucket_size(len(xyz)) and valid.sum() == len(xyz)
+  got, order, expected = np.asarray(cloud.xyz)[valid], np.lexsort(xyz.T), np.lexsort(
+      np.asarray(cloud.xyz)[valid].T)
+  np.testing.assert_array_equal(got[expected], xyz[order])
+  np.testing.assert_array_equal(np.asarray(cloud.rgb)[valid][expected], rgb[order])
+  np.testing.assert_allclose(np.asarray(cameras.world_from_camera), scene_poses(), atol=1e-6)
+  # The model's pinhole (focal 1.5 x 42, centre (20.5, 13.5)) resized back to 38 x 25 with
+  # pixel areas aligned: focal x 38/42 and 25/28, the centre of the 38 x 25 grid.
+  np.testing.assert_allclose(np.asarray(cameras.fx), 63 * 38 / 42, rtol=1e-4)
+  np.testing.assert_allclose(np.asarray(cameras.fy), 63 * 25 / 28, rtol=1e-4)
+  np.testing.assert_allclose(np.asarray(cameras.cx), 18.5, atol=1e-3)
+  np.testing.assert_allclose(np.asarray(cameras.cy), 12.0, atol=1e-3)
+  # Named errors, before any model is loaded.
+  with pytest.raises(ValueError, match=r"reconstruct\.backend: expected one of \('pi3', "
+                                       r"'vggt', 'da3'\) or an object .*got 'colmap'"):
+    reconstruction.reconstruct(images, backend="colmap")
+  with pytest.raises(ValueError, match=r"backend 'vggt' needs checkpoint="):
+    reconstruction.reconstruct(images, backend="vggt")
+  with pytest.raises(ValueError, match=r"reconstruct\.images: expected dtype uint8, got float32"):
+    reconstruction.reconstruct(images.astype(np.float32), backend="pi3", checkpoint=path)
+  with pytest.raises(ValueError, match=r"reconstruct\.images: expected shape \[N, H, W, 3\]"):
+    reconstruction.reconstruct(images[0], backend="pi3", checkpoint=path)
+  with pytest.raises(TypeError, match=r"or an object with a reconstruct\(frames\) method, got "
+                                      r"int"):
+    reconstruction.reconstruct(images, backend=3)
+  with pytest.raises(ValueError, match=r"estimate_intrinsics=False gives no intrinsics"):
+    reconstruction.reconstruct(images, backend="pi3", checkpoint=path, estimate_intrinsics=False)
+  assert CountedPi3.loads == 1
+
+
+def test_vggt_loader_layout_maps_pixels_as_its_preprocessing_does():
+  """A dark block's centroid in VGGT's crop / pad input lands where `vggt_layout` puts it
+  (pixel areas aligned), so intrinsics map back to the input frames through it."""
+  from jaxspatial.perception.vggt import vggt_preprocess
+  for (height, width), mode in (((40, 30), "crop"), ((30, 40), "pad"), ((40, 30), "pad"),
+                                ((20, 60), "crop")):
+    image = np.full((1, height, width, 3), 255, np.uint8)
+    image[0, 12:17, 9:14] = 0  # centroid (14, 11)
+    dark = 1.0 - vggt_preprocess(image, mode)[0, 0]
+    rows, cols = np.mgrid[:dark.shape[0], :dark.shape[1]]
+    weight = np.where(dark > 0.5, dark, 0.0)
+    centre = [(rows * weight).sum() / weight.sum(), (cols * weight).sum() / weight.sum()]
+    resized_h, resized_w, top, left = reconstruction.vggt_layout(height, width, mode)
+    expected = [(14 + 0.5) * resized_h / height - 0.5 + top,
+                (11 + 0.5) * resized_w / width - 0.5 + left]
+    np.testing.assert_allclose(centre, expected, atol=0.6, err_msg=f"{mode} {height}x{width}")
+    k = np.array([[[500.0, 0, expected[1]], [0, 400.0, expected[0]], [0, 0, 1]]])
+    back = reconstruction.frame_intrinsics(k, (height, width),
+                                           (resized_h, resized_w, top, left))[0]
+    np.testing.assert_allclose([back[1, 2], back[0, 2]], [14, 11], atol=1e-4)
+    np.testing.assert_allclose([back[0, 0], back[1, 1]],
+                               [500 * width / resized_w, 400 * height / resized_h], rtol=1e-6)

@@ -6,7 +6,11 @@ import json
 import math
 import os
 import re
+import select
 import shutil
+import signal
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -16,6 +20,7 @@ transformers = pytest.importorskip("transformers")
 
 from jaxspatial.perception import segmentation as seg  # pylint: disable=wrong-import-position
 
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 IMAGE_SIZE = 112
 QUERIES = 30  # more than the 20 proposals kept
 
@@ -478,3 +483,115 @@ def test_a_sam3_video_folder_loads_its_detector(sam3_folder, tmp_path, image):
   np.testing.assert_array_equal(loaded.forward(image[None], ["cat"])["scores"],
                                 seg.SAM3Backend.from_pretrained(sam3_folder).forward(
                                     image[None], ["cat"])["scores"])
+
+
+# ---- the registry (jaxspatial.perception.TOOLS), its server and recipe on this folder ----
+
+SAM3_CALLS = {"auto_segment": {}, "bbox_segment": {"bounding_box": [100, 150, 600, 900]},
+              "text_segment": {"text_prompt": "objects"},
+              "exemplar_segment": {"bounding_box": "\\boxed{0,0,500,500}"},
+              "concept_count": {"text_prompt": "cat"}, "presence_check": {"text_prompt": "cat"}}
+
+
+@pytest.fixture
+def no_model_env(monkeypatch):
+  monkeypatch.delenv("JAXSPATIAL_SAM3_MODEL", raising=False)
+
+
+def test_the_registrys_sam3_tools_answer_as_the_backend(sam3_folder, backend, image):
+  from jaxspatial.perception import TOOLS
+  assert sorted(SAM3_CALLS) == sorted(seg.SAM3_TOOLS)
+  for name, arguments in SAM3_CALLS.items():
+    text = TOOLS[name].bind(sam3_folder).text(image, image_index=0, **arguments)
+    assert text == backend.run_tool(name, image, arguments), name
+  tool = TOOLS["concept_count"].bind(str(sam3_folder))
+  assert tool(image, text_prompt="cat") == _result(backend.concept_count(image, "cat"))
+  assert tool(image) == {"error": "Error executing concept_count: text_prompt is missing"}
+  # One backend per folder, shared by the family's tools.
+  assert tool.backend() is TOOLS["auto_segment"].bind(sam3_folder).backend()
+
+
+def _launch(args, stderr):
+  """The server command on a free loopback port; stderr to a file (a full pipe nobody
+  reads would stall the server)."""
+  env = {k: v for k, v in os.environ.items() if k != "JAXSPATIAL_SAM3_MODEL"}
+  env["JAX_PLATFORMS"] = "cpu"
+  return subprocess.Popen([sys.executable, "-m", "launch.perception_server", "--host",
+                           "127.0.0.1", "--port", "0", *args], cwd=REPO, env=env,
+                          stdout=subprocess.PIPE, stderr=stderr, text=True)
+
+
+def test_the_perception_server_command_serves_registry_tools_from_a_folder(sam3_folder, image,
+                                                                           tmp_path):
+  from jaxspatial.perception import TOOLS
+  from jaxspatial.perception.service import RemoteTool
+  served = sorted(["text_ocr", *seg.SAM3_TOOLS])
+  logs = {name: open(tmp_path / f"{name}.err", "w", encoding="utf-8")
+          for name in ("server", "refused")}
+  server = _launch(["--tools", "text_ocr,sam3", "--models", f"sam3={sam3_folder}"],
+                   logs["server"])
+  refused = _launch(["--tools", "text_segment"], logs["refused"])  # no folder: usage error
+  try:
+    ready, _, _ = select.select([server.stdout], [], [], 90)
+    line = server.stdout.readline() if ready else ""
+    match = re.fullmatch(r"perception server at (http://127\.0\.0\.1:\d+): (.*)", line.strip())
+    assert match, (line, server.poll(), (tmp_path / "server.err").read_text())
+    assert match.group(2).split(", ") == served
+    url = match.group(1)
+    box = [100, 150, 600, 900]
+    local = TOOLS["bbox_segment"].bind(sam3_folder).text(image, bounding_box=box)
+    # Called as TextTool calls a remote tool, (image, bounding_box), and with keywords.
+    assert RemoteTool(url, "bbox_segment", timeout_s=30, retries=0)(image, box) == local
+    assert RemoteTool(url, "text_segment", timeout_s=30, retries=0)(
+        image, text_prompt="cat") == TOOLS["text_segment"].bind(sam3_folder).text(
+            image, text_prompt="cat")
+    refused.wait(timeout=90)
+    stderr = (tmp_path / "refused.err").read_text()
+    assert refused.returncode == 1, stderr
+    assert "text_segment (family 'sam3') needs a SAM 3 model folder" in stderr
+    assert "pass --models sam3=/path/to/folder to launch.perception_server" in stderr
+    server.send_signal(signal.SIGTERM)
+    server.communicate(timeout=30)
+    assert server.returncode == 0, (tmp_path / "server.err").read_text()
+  finally:
+    for process in (server, refused):
+      if process.poll() is None:
+        process.kill()
+        process.communicate()
+    for log in logs.values():
+      log.close()
+
+
+class _ByteTokenizer:
+  pad_token_id = 0
+
+  def encode(self, text, add_special_tokens=False, **_):
+    del add_special_tokens
+    return list(text.encode("utf-8"))
+
+
+def test_make_perception_builds_local_sam3_text_tools_from_a_folder(sam3_folder, backend, image,
+                                                                    no_model_env):
+  import jax
+  import jax.numpy as jnp
+  import ml_collections
+  from jaxspatial.perception import ModelFolderError, encode_text
+  from recipes.agents import make_perception
+  c = ml_collections.ConfigDict({"perception": dict(
+      tools=("text_ocr", "auto_segment"), url="", max_tokens=96, timeout_s=30.0, retries=0,
+      models=dict(ocr="", sam3=str(sam3_folder), grounding_dino=""))})
+  tokenizer = _ByteTokenizer()
+  ocr_tool, sam_tool = make_perception(c, tokenizer)
+  assert (ocr_tool.name, sam_tool.name, sam_tool.max_tokens) == ("text_ocr", "auto_segment", 96)
+  expected = backend.auto_segment(image)
+  assert sam_tool.text(image, None) == expected
+  assert sam_tool.text(image, [0, 0, 500, 500]).startswith(
+      "Error executing auto_segment: unexpected argument 'bounding_box'")
+  ids, mask = jax.jit(sam_tool)(image, jnp.zeros(4), False, True)
+  want_ids, want_mask = encode_text(tokenizer, expected, 96)
+  np.testing.assert_array_equal(ids, want_ids)
+  np.testing.assert_array_equal(mask, want_mask)
+  c.perception.models.sam3 = ""
+  with pytest.raises(ModelFolderError, match=r"auto_segment \(family 'sam3'\) needs a SAM 3 "
+                     r"model folder .*--config\.perception\.models\.sam3=/path/to/folder"):
+    make_perception(c, tokenizer)

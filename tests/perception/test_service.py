@@ -472,12 +472,30 @@ def test_a_server_killed_mid_rollout_fails_the_next_call_fast():
       process.communicate()
 
 
-def test_the_registry_names_what_it_cannot_build():
-  with pytest.raises(ValueError, match=r"unknown tool families \['sam'\]; known: \['echo', "
-                     r"'empty', 'ocr'\]"):
+def test_the_registry_names_what_it_cannot_build(monkeypatch):
+  monkeypatch.delenv("JAXSPATIAL_SAM3_MODEL", raising=False)
+  with pytest.raises(ValueError, match=r"unknown tool families or tools \['sam'\]; families: "
+                     r"\['echo', 'empty', 'grounding_dino', 'ocr', 'sam3'\]; tools: "
+                     r"\['auto_segment', .*'text_spotting'\]"):
     service.build_tools(["echo", "sam"])
   with pytest.raises(ValueError, match=r"tool 'echo' of family 'echo' is already served"):
     service.build_tools(["echo", "echo"])
+  with pytest.raises(ValueError, match=r"tool 'text_ocr' of family 'ocr' is already served"):
+    service.build_tools(["ocr", "text_ocr"])
+  with pytest.raises(ValueError, match=r"model folders given for \['sam3'\], but no tool of "
+                     r"that family is served \(serving \['echo'\]\)"):
+    service.build_tools(["echo"], {"sam3": "/models/sam3"})
+  with pytest.raises(ValueError, match=r"model folders for unknown families \['sam'\]"):
+    service.build_tools(["echo"], {"sam": "/models/sam3"})
+  with pytest.raises(ValueError, match=r"tool family 'echo' takes no model folder"):
+    service.build_tools(["echo"], {"echo": "/models/echo"})
+  with pytest.raises(ValueError, match=r"text_segment \(family 'sam3'\) needs a SAM 3 model "
+                     r"folder and has none: .* pass --models sam3=/path/to/folder"):
+    service.build_tools(["text_segment"])
+  # Families and single tools mix; empty folders are no folders.
+  assert list(service.build_tools(["empty", "map_text_ocr", "text_ocr"],
+                                  {"sam3": "", "grounding_dino": ""})) == [
+                                      "empty", "map_text_ocr", "text_ocr"]
 
 
 def test_ocr_tools_answer_remotely_as_they_do_locally():

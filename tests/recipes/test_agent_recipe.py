@@ -121,3 +121,29 @@ def test_act3d_recipe_scores_answers_with_a_served_llm_judge(tmp_path, data_dir)
   steps = read_jsonl(tmp_path / "run" / "metrics.jsonl")
   rl = [s for s in steps if "rl/accuracy" in s][-1]
   assert rl["rl/accuracy"] == pytest.approx(len(training) / (2 * config.advantage.group_size))
+
+
+@pytest.mark.recipe_checks  # 60 SFT steps, as the served-judge check (about 4 minutes)
+def test_act3d_recipe_judges_on_device_with_a_policy_checkpoint(tmp_path, data_dir):
+  """`judge.checkpoint`: a jaxspatial policy judges inside the compiled rollout. This one
+  replies CORRECT to everything, so every evaluated episode with a prediction counts as
+  correct, and the RL step's accuracy is the share of episodes that answered."""
+  from configs import act3d_grpo  # pylint: disable=import-outside-toplevel
+  from tests import judge_policies  # pylint: disable=import-outside-toplevel
+  judge_policies.always_correct(tmp_path / "judge")
+  config = _small(act3d_grpo.get_config("cpu"), tmp_path / "run", data_dir)
+  config.sft.update(steps=60, batch=8)
+  config.snapshot_every = 0
+  config.rollout.temperature = 0.1
+  config.rl.update(steps=1, prompts=2)
+  config.eval.update(batch=16, tasks=16)
+  config.judge.checkpoint = str(tmp_path / "judge")
+  results = recipes.train(config)
+  # The SFT policy answers nearly every task (the served-judge check above counts its
+  # requests), so a judge saying CORRECT to all of them scores nearly all; the rule
+  # judge scores these same answers far lower.
+  for when in ("sft", "final"):
+    assert results[when]["all"]["accuracy"] >= 0.75, (when, results[when])
+  steps = read_jsonl(tmp_path / "run" / "metrics.jsonl")
+  rl = [s for s in steps if "rl/accuracy" in s][-1]
+  assert rl["rl/accuracy"] >= 0.75

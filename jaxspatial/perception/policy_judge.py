@@ -1,0 +1,312 @@
+"""An LLM judge that is a jaxspatial policy, run inside the compiled rollout.
+
+`PolicyJudge` asks the same question as `judge.LLMJudge` (the same `JudgePrompt`: system
+message, question, numbered reference answers, prediction, "CORRECT or INCORRECT"), but
+the judge model is a jaxspatial policy on device: the prompt is assembled from the
+rollout's byte ids, the policy samples its reply with `models.sampler`, and the verdict
+(the reply contains CORRECT and not INCORRECT) is read from the reply's bytes. Nothing
+leaves the device, so a rollout judged this way has no host round trip.
+
+The prompt: the chat template rendered once with sentinels in place of the question, the
+references and the prediction gives the static pieces between them (tokenised once); the
+dynamic fields go in as single-byte tokens (every byte-level BPE vocabulary has one per
+byte), normalised as `judge.one_line` (ASCII whitespace runs -> one space, trimmed),
+padded and masked. Masked slots are neither attended nor counted in positions, so the
+model reads exactly the token sequence whose text is the host judge's rendered prompt.
+References are packed (empty ones dropped, as the host judge drops them) and numbered
+from 1; a row with no reference or an empty prediction is False, as the host judge
+returns without a request.
+
+    judge = PolicyJudge.create(tokenizer, model, "act3d", temperature=0.0, max_tokens=4)
+    verdicts = judge(question_ids, answer_ids, reference_ids)          # host call, jitted
+    # inside the rollout: judge.verdicts(judge.state(), question, answer, references, key)
+
+Not the same reply as a server's: the fields are spelled in byte tokens, not the
+tokenizer's merges, so the text is the same but the token sequence is longer.
+Non-ASCII whitespace (U+00A0, ...) is kept where `str.split` would split on it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxspatial.models import sampler
+from jaxspatial.perception.judge import PROMPTS, JudgePrompt
+from jaxspatial.rl.rewards import device_text
+
+Array = jax.Array
+# ASCII whitespace as str.split() sees it (\x1c-\x1f included).
+SPLIT_WHITESPACE = tuple(b" \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f")
+_SENTINEL = "\u27e6{}\u27e7"  # mathematical brackets: never in a template
+CHATML = ("<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n{user}<|im_end|>\n"
+          "<|im_start|>assistant\n")
+
+
+def render_chat(tokenizer, messages: list[dict]) -> str:
+  """The tokenizer's chat template with a generation prompt, or Qwen's ChatML layout for a
+  tokenizer without one (system + user)."""
+  if getattr(tokenizer, "chat_template", None):
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+  roles = [m["role"] for m in messages]
+  if roles != ["system", "user"]:
+    raise ValueError(f"render_chat: a tokenizer without a chat template renders a system "
+                     f"and a user message, got roles {roles}")
+  return CHATML.format(system=messages[0]["content"], user=messages[1]["content"])
+
+
+def one_line_bytes(ids_L: Array) -> Array:
+  """`judge.one_line` on -1-padded byte ids: whitespace runs between words become one
+  space, leading and trailing whitespace go; -1 after."""
+  real = ids_L >= 0
+  space = jnp.zeros(ids_L.shape, bool)
+  for byte in SPLIT_WHITESPACE:
+    space |= ids_L == byte
+  word = real & ~space
+  before = jnp.cumsum(word) - word > 0                      # a word byte earlier
+  after = jnp.flip(jnp.cumsum(jnp.flip(word))) - word > 0   # a word byte later
+  run_start = space & ~jnp.concatenate([jnp.zeros(1, bool), space[:-1]])
+  keep = word | (run_start & before & after)
+  return device_text._compact(jnp.where(space, ord(" "), ids_L), keep)  # pylint: disable=protected-access
+
+
+def reply_bytes(tokens_BxN: Array, count_B: Array, token_bytes_VxK: Array,
+                token_lengths_V: Array, stop_tokens: Sequence[int] = ()) -> Array:
+  """[B, N * K] the reply's bytes (its first `count` tokens less stop tokens, special
+  tokens spelled as nothing, as a server's `skip_special_tokens` reply), -1 after."""
+  batch, length = tokens_BxN.shape
+  width = token_bytes_VxK.shape[1]
+  ids = jnp.clip(tokens_BxN, 0, token_bytes_VxK.shape[0] - 1)
+  data = token_bytes_VxK[ids].astype(jnp.int32)                       # [B, N, K]
+  shown = (jnp.arange(length)[None] < count_B[:, None]) & (tokens_BxN >= 0)
+  for stop in stop_tokens:
+    shown &= tokens_BxN != stop
+  keep = (jnp.arange(width)[None, None] < token_lengths_V[ids][..., None]) & shown[..., None]
+  flat = data.reshape(batch, length * width)
+  return jax.vmap(device_text._compact)(flat, keep.reshape(batch, -1))  # pylint: disable=protected-access
+
+
+def reply_verdict(bytes_BxL: Array) -> Array:
+  """bool [B]: the reply contains CORRECT and not INCORRECT (`judge.verdict`)."""
+  has = lambda text: jax.vmap(lambda row: device_text.find(row, device_text.encode(text)))(
+      bytes_BxL) >= 0
+  return has("CORRECT") & ~has("INCORRECT")
+
+
+def token_byte_table(tokenizer, vocab_size: int) -> tuple[np.ndarray, np.ndarray]:
+  """(bytes [V, K] uint8, lengths [V] int32) of every token id below `vocab_size`; special
+  tokens and ids past the tokenizer have length 0."""
+  from jaxspatial.rollout.automaton import token_bytes  # pylint: disable=import-outside-toplevel
+  pieces, special = token_bytes(tokenizer)
+  if vocab_size < len(pieces):
+    raise ValueError(f"PolicyJudge: the model's vocabulary ({vocab_size}) is smaller than "
+                     f"the tokenizer's ({len(pieces)})")
+  width = max(1, max((len(p) for p, s in zip(pieces, special) if not s), default=1))
+  table = np.zeros((vocab_size, width), np.uint8)
+  lengths = np.zeros(vocab_size, np.int32)
+  for i, (piece, is_special) in enumerate(zip(pieces, special)):
+    if not is_special:
+      table[i, :len(piece)] = np.frombuffer(piece, np.uint8)
+      lengths[i] = len(piece)
+  return table, lengths
+
+
+def single_byte_tokens(tokenizer) -> tuple[int, ...]:
+  """[256] the single-byte token of each byte value (the first such id)."""
+  from jaxspatial.rollout.automaton import token_bytes  # pylint: disable=import-outside-toplevel
+  pieces, special = token_bytes(tokenizer)
+  table = [-1] * 256
+  for i, (piece, is_special) in enumerate(zip(pieces, special)):
+    if len(piece) == 1 and not is_special and table[piece[0]] < 0:
+      table[piece[0]] = i
+  missing = [b for b in range(256) if table[b] < 0]
+  if missing:
+    raise ValueError(f"PolicyJudge: the tokenizer has no single-byte token for bytes "
+                     f"{missing[:8]}{'...' if len(missing) > 8 else ''}: only byte-level BPE "
+                     "tokenizers can spell any text")
+  return tuple(table)
+
+
+@dataclasses.dataclass(eq=False)  # hashed by identity: a static argument of the rollout's jit
+class PolicyJudge:
+  """A jaxspatial policy as the rollout's judge, on device. `state()` is what the compiled
+  rollout takes as an argument (the model and the token table); the rest is static."""
+
+  on_device = True  # the rollout calls `verdicts` inside its program, not a host callback
+
+  model: Any
+  tokenizer: Any
+  prompt: JudgePrompt
+  sampling: sampler.SamplingConfig
+  byte_tokens: tuple[int, ...]
+  token_bytes: np.ndarray
+  token_lengths: np.ndarray
+  _pieces: dict = dataclasses.field(default_factory=dict, repr=False)
+
+  @classmethod
+  def create(cls, tokenizer, model, prompt: str | JudgePrompt = "act3d",
+             temperature: float = 0.0, max_tokens: int = 16, top_p: float = 1.0,
+             stop_tokens: Sequence[int] | None = None,
+             cache_dtype: str = "float32") -> "PolicyJudge":
+    """`prompt`: a `judge.PROMPTS` name or a JudgePrompt; stop tokens default to the
+    tokenizer's <|im_end|> and EOS."""
+    tokenizer = getattr(tokenizer, "tokenizer", tokenizer)
+    if isinstance(prompt, str):
+      if prompt not in PROMPTS:
+        raise ValueError(f"PolicyJudge: unknown prompt {prompt!r}; known: {sorted(PROMPTS)}")
+      prompt = PROMPTS[prompt]
+    if int(max_tokens) != max_tokens or max_tokens < 1:
+      raise ValueError(f"PolicyJudge.max_tokens: expected an integer >= 1, got {max_tokens!r}")
+    if temperature != 0 and not 1e-3 <= temperature:
+      raise ValueError(f"PolicyJudge.temperature: expected 0 (greedy) or >= 1e-3, got "
+                       f"{temperature!r}")
+    if stop_tokens is None:
+      ids = {tokenizer.convert_tokens_to_ids("<|im_end|>"), tokenizer.eos_token_id}
+      stop_tokens = tuple(sorted(i for i in ids if i is not None and i != tokenizer.unk_token_id))
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    table, lengths = token_byte_table(tokenizer, model.config.text.vocab_size)
+    return cls(model=model, tokenizer=tokenizer, prompt=prompt,
+               sampling=sampler.SamplingConfig(max_new_tokens=int(max_tokens),
+                                               temperature=float(temperature),
+                                               top_p=float(top_p),
+                                               stop_tokens=tuple(int(t) for t in stop_tokens),
+                                               pad_token=int(pad), cache_dtype=cache_dtype),
+               byte_tokens=single_byte_tokens(tokenizer), token_bytes=table,
+               token_lengths=lengths)
+
+  def __repr__(self) -> str:
+    return (f"PolicyJudge({type(self.model).__name__}, prompt={self.prompt.name!r}, "
+            f"temperature={self.sampling.temperature:g}, "
+            f"max_tokens={self.sampling.max_new_tokens})")
+
+  def state(self) -> tuple:
+    """The rollout's judge argument: (model, token bytes [V, K], token lengths [V])."""
+    return self.model, jnp.asarray(self.token_bytes), jnp.asarray(self.token_lengths)
+
+  def stats(self) -> dict:
+    return {}  # nothing happens on the host to count
+
+  # -- the prompt --
+
+  def pieces(self, references: int) -> tuple[tuple[int, ...], ...]:
+    """Token ids of the static text around the fields for `references` reference slots:
+    [before question, before reference 1, before reference 2, ..., before prediction,
+    after prediction]."""
+    if references not in self._pieces:
+      names = ["Q"] + [f"R{k}" for k in range(references)] + ["P"]
+      marks = {n: _SENTINEL.format(n) for n in names}
+      messages = self.prompt.messages(marks["Q"], marks["P"],
+                                      [marks[f"R{k}"] for k in range(references)])
+      text = render_chat(self.tokenizer, messages)
+      order = ["Q"] + [f"R{k}" for k in range(references)] + ["P"]
+      texts, rest = [], text
+      for name in order:
+        if rest.count(marks[name]) != 1:
+          raise ValueError(f"PolicyJudge: the chat template does not render the judge's "
+                           f"{name} field exactly once ({text[:200]!r})")
+        head, rest = rest.split(marks[name])
+        texts.append(head)
+      texts.append(rest)
+      encode = lambda s: tuple(self.tokenizer.encode(s, add_special_tokens=False))
+      self._pieces[references] = tuple(encode(s) for s in texts)
+    return self._pieces[references]
+
+  def prompt_ids(self, question_BxLq: Array, answer_BxA: Array,
+                 references_BxRxLa: Array) -> tuple[Array, Array, Array]:
+    """(ids [B, L], mask [B, L], answerable [B]) of the judge's prompt for byte-id fields
+    (-1 padded; a reference row starting with -1 is unused)."""
+    batch, count = references_BxRxLa.shape[:2]
+    if count < 1:
+      raise ValueError(f"PolicyJudge.prompt_ids: references [B, R, La] need R >= 1, got "
+                       f"{references_BxRxLa.shape}")
+    pieces = self.pieces(count)
+    table = jnp.asarray(self.byte_tokens, jnp.int32)
+    lines = jax.vmap(one_line_bytes)
+
+    def field(bytes_BxL):
+      normal = lines(bytes_BxL.astype(jnp.int32))
+      return jnp.where(normal >= 0, table[jnp.maximum(normal, 0)], self.sampling.pad_token), \
+          normal >= 0
+
+    def static(piece, shown_B):
+      ids = jnp.broadcast_to(jnp.asarray(piece, jnp.int32), (batch, len(piece)))
+      return ids, jnp.broadcast_to(shown_B[:, None], ids.shape)
+
+    question, question_mask = field(question_BxLq)
+    answer, answer_mask = field(answer_BxA)
+    refs = jax.vmap(lines)(references_BxRxLa.astype(jnp.int32))        # [B, R, La]
+    used = (references_BxRxLa[..., 0] >= 0) & (refs[..., 0] >= 0)
+    order = jnp.argsort(~used, axis=-1, stable=True)                   # used first, in order
+    refs = jnp.take_along_axis(refs, order[..., None], axis=1)
+    used = jnp.take_along_axis(used, order, axis=1)
+    always = jnp.ones(batch, bool)
+    parts = [static(pieces[0], always), (question, question_mask), static(pieces[1], always)]
+    for k in range(count):
+      if k:
+        parts.append(static(pieces[k + 1], used[:, k]))
+      ref = refs[:, k]
+      parts.append((jnp.where(ref >= 0, table[jnp.maximum(ref, 0)], self.sampling.pad_token),
+                    (ref >= 0) & used[:, k, None]))
+    parts += [static(pieces[count + 1], always), (answer, answer_mask),
+              static(pieces[count + 2], always)]
+    ids = jnp.concatenate([p[0] for p in parts], axis=1)
+    mask = jnp.concatenate([p[1] for p in parts], axis=1)
+    answerable = jnp.any(answer_mask, -1) & used[:, 0]
+    return ids, mask, answerable
+
+  # -- the verdict --
+
+  def verdicts(self, state: tuple, question_BxLq: Array, answer_BxA: Array,
+               references_BxRxLa: Array, key: Array) -> Array:
+    """bool [B] inside a traced program; `state` is `self.state()`."""
+    model, token_bytes, token_lengths = state
+    ids, mask, answerable = self.prompt_ids(question_BxLq, answer_BxA, references_BxRxLa)
+    reply = sampler.generate(model, ids, mask.astype(jnp.int32), key, self.sampling)
+    text = reply_bytes(reply.tokens, reply.lengths, token_bytes, token_lengths,
+                       self.sampling.stop_tokens)
+    return reply_verdict(text) & answerable
+
+  def replies(self, question_BxLq, answer_BxA, references_BxRxLa, key=None) -> list[str]:
+    """The judge's replies as text (host; for inspection and tests)."""
+    key = jax.random.PRNGKey(0) if key is None else key
+    tokens, lengths = _generate(self, self.state(), *map(jnp.asarray, (
+        question_BxLq, answer_BxA, references_BxRxLa)), key)
+    stops = set(self.sampling.stop_tokens)
+    return [self.tokenizer.decode([t for t in row[:n] if t not in stops],
+                                  skip_special_tokens=True)
+            for row, n in zip(np.asarray(tokens).tolist(), np.asarray(lengths).tolist())]
+
+  def __call__(self, question_BxLq, answer_BxA, references_BxRxLa, key=None) -> np.ndarray:
+    """bool [B] from -1-padded byte ids (the host judge's signature), one jitted call."""
+    key = jax.random.PRNGKey(0) if key is None else key
+    return np.asarray(_verdicts(self, self.state(), *map(jnp.asarray, (
+        question_BxLq, answer_BxA, references_BxRxLa)), key))
+
+
+def _jit(fn):
+  from flax import nnx  # pylint: disable=import-outside-toplevel
+  return nnx.jit(fn, static_argnums=0)
+
+
+@functools.cache
+def _compiled():
+  verdicts = _jit(lambda judge, state, q, a, r, key: judge.verdicts(state, q, a, r, key))
+
+  def generate(judge, state, q, a, r, key):
+    ids, mask, _ = judge.prompt_ids(q, a, r)
+    out = sampler.generate(state[0], ids, mask.astype(jnp.int32), key, judge.sampling)
+    return out.tokens, out.lengths
+  return verdicts, _jit(generate)
+
+
+def _verdicts(*args):
+  return _compiled()[0](*args)
+
+
+def _generate(*args):
+  return _compiled()[1](*args)
