@@ -71,7 +71,7 @@ test: $(DEV_STAMP) system-deps
 # mesh (14 tests: the 13 recipe checks took 23m57s in one run on 2 cores; the sharded steps
 # took 215 s inside `make test` before they moved here); the library trainer's kill /
 # resume, NaN and SIGTERM checks on the demo recipe (tests/train/test_train_job.py) and the
-# Act3D recipe with a served LLM judge (17 tests in all).
+# Act3D recipe with a served LLM judge, then an on-device policy judge (17 tests in all).
 train-checks: $(DEV_STAMP) system-deps
 	$(PY) -m pytest -m recipe_checks -n $(TEST_WORKERS) --dist load tests/recipes tests/train
 
