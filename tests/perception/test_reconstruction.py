@@ -86,6 +86,16 @@ def reference_pi3(model, images, channel_order="bgr"):
   return resized, out, ref_pi3(out["points"], out["local_points"], out["conf"], resized)
 
 
+
+def install_pi3(monkeypatch, model_class) -> None:
+  """A `pi3` package whose `pi3.models.pi3.Pi3` is `model_class` (the real package is the
+  user's install; the adapter imports it by that path)."""
+  fake = types.ModuleType("pi3.models.pi3")
+  fake.Pi3 = model_class
+  for name, module in (("pi3", types.ModuleType("pi3")),
+                       ("pi3.models", types.ModuleType("pi3.models")), ("pi3.models.pi3", fake)):
+    monkeypatch.setitem(sys.modules, name, module)
+
 def test_pi3_end_to_end_as_think3d():
   model = TinyPi3()
   images = frames()
@@ -385,11 +395,7 @@ def test_missing_packages_say_what_to_install(monkeypatch, adapter, package, ins
 
 def test_from_pretrained_loads_a_local_checkpoint(monkeypatch, tmp_path):
   from safetensors.torch import save_file
-  fake = types.ModuleType("pi3.models.pi3")
-  fake.Pi3 = TinyPi3
-  for name, module in (("pi3", types.ModuleType("pi3")),
-                       ("pi3.models", types.ModuleType("pi3.models")), ("pi3.models.pi3", fake)):
-    monkeypatch.setitem(sys.modules, name, module)
+  install_pi3(monkeypatch, TinyPi3)
   with pytest.raises(FileNotFoundError, match=r"checkpoint not found: .*missing\.safetensors "
                                               r"\(download huggingface\.co/yyfz233/Pi3"):
     Pi3Reconstructor.from_pretrained(tmp_path / "missing.safetensors")
@@ -478,11 +484,7 @@ class CountedPi3(TinyPi3):
 def test_reconstruct_loads_a_backend_once_and_gives_cameras_at_the_frames_size(monkeypatch,
                                                                                  tmp_path):
   from safetensors.torch import save_file
-  fake = types.ModuleType("pi3.models.pi3")
-  fake.Pi3 = CountedPi3
-  for name, module in (("pi3", types.ModuleType("pi3")),
-                       ("pi3.models", types.ModuleType("pi3.models")), ("pi3.models.pi3", fake)):
-    monkeypatch.setitem(sys.modules, name, module)
+  install_pi3(monkeypatch, CountedPi3)
   monkeypatch.setattr(reconstruction, "_LOADED", {})
   path = tmp_path / "model.safetensors"
   save_file({k: v.contiguous() for k, v in TinyPi3(seed=3).state_dict().items()}, str(path))

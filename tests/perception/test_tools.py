@@ -10,6 +10,7 @@ from PIL import Image, ImageDraw, ImageFont
 from jaxspatial import perception
 from jaxspatial.perception import ocr, tools
 from jaxspatial.perception.tools import TOOLS, ModelFolderError
+from tests.perception.test_ocr import Memo
 
 # peria.md section 1: the five OCR, six SAM 3.1 and one GroundingDINO tools.
 PUBLIC = {
@@ -38,17 +39,6 @@ def test_the_registry_holds_perias_twelve_tools_with_their_public_arguments():
   assert set(tools.FAMILIES) == {"ocr", "sam3", "grounding_dino"}
 
 
-class Memo:
-  """PP-OCRv4 reading each distinct image once (a read takes 1-2 s on two cores)."""
-
-  def __init__(self, inner):
-    self.inner, self.cache = inner, {}
-
-  def read(self, image_HxWx3):
-    key = (image_HxWx3.shape, image_HxWx3.tobytes())
-    if key not in self.cache:
-      self.cache[key] = self.inner.read(image_HxWx3)
-    return self.cache[key]
 
 
 def test_an_ocr_entry_reads_a_rendered_word_with_pp_ocrv4(monkeypatch):

@@ -7,8 +7,6 @@ train-checks` test; the default suite checks the same equality for the rollout's
 and a view (tests/perception/test_perception_rollout.py)."""
 
 import dataclasses
-import sys
-import types
 
 import jax
 import numpy as np
@@ -22,12 +20,8 @@ from recipes.agents import make_reconstruction
 def test_the_recipe_block_builds_the_agents_reconstruction_tool(monkeypatch, tmp_path):
   # pylint: disable=import-outside-toplevel
   from safetensors.torch import save_file
-  from tests.perception.test_reconstruction import TinyPi3
-  fake = types.ModuleType("pi3.models.pi3")
-  fake.Pi3 = TinyPi3
-  for name, module in (("pi3", types.ModuleType("pi3")),
-                       ("pi3.models", types.ModuleType("pi3.models")), ("pi3.models.pi3", fake)):
-    monkeypatch.setitem(sys.modules, name, module)
+  from tests.perception.test_reconstruction import TinyPi3, install_pi3
+  install_pi3(monkeypatch, TinyPi3)
   monkeypatch.setattr(reconstruction, "_LOADED", {})
   save_file({k: v.contiguous() for k, v in TinyPi3().state_dict().items()},
             str(tmp_path / "pi3.safetensors"))
