@@ -27,10 +27,11 @@ on this host; PaddleOCR-VL, PERIA's model, with `perception.models.ocr`), six SA
 GroundingDINO. Those seven need model folders, `--config.perception.models.sam3=/path` and
 `--config.perception.models.grounding_dino=/path` (building the policy fails naming the
 missing one), or a `launch/perception_server.py` at `--config.perception.url` serving all
-twelve. The LLM-judge fallback of R_correct with `judge.url`. Not reproduced here: text
-arguments of perception calls (the grammar writes `image_index` and an optional
-`bounding_box`, so text_segment, concept_count, presence_check and grounding_dino answer
-with their missing-argument error), SAM 3.1 (transformers' SAM 3 runs its tools), PERIA's
+twelve. A perception call writes `image_index` and either an optional `bounding_box` or
+the tool's text argument (`text_prompt` for text_segment, concept_count and
+presence_check, `question` for grounding_dino), passed to the tool by that name; the
+system prompt names each tool's arguments. The LLM-judge fallback of R_correct with
+`judge.url`. Not reproduced here: SAM 3.1 (transformers' SAM 3 runs its tools), PERIA's
 own image benchmarks (the tools act on renders of the task's 3D scene), `image_label`'s
 text (drawn as a marker only: no text rendering on device). Cost: FSDP2 on GPU nodes, 3
 epochs, in the public script.

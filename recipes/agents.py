@@ -82,8 +82,13 @@ def make_perception(c, tokenizer) -> tuple:
   options = dict(timeout_s=block.timeout_s, retries=block.retries)
   if block.url:
     functions = perception.remote_tools(block.url, names=names, **options)
+    described = {}  # a registry tool's public arguments, for the system prompt
+    for name in names:
+      if name in perception.TOOLS:
+        tool = perception.TOOLS[name]
+        described[name] = dict(arguments=tool.arguments, optional=tool.optional)
     return tuple(perception.TextTool(name, functions[name], tokenizer, block.max_tokens,
-                                     **options) for name in names)
+                                     **options, **described.get(name, {})) for name in names)
   unknown = sorted(set(names) - set(perception.TOOLS))
   if unknown:
     raise ValueError(f"perception.tools: {unknown} are not perception tools; expected names "

@@ -40,9 +40,13 @@ index -1.
 
 Host text tools (`text_tools`: PERIA's perception tools, e.g. "text_ocr"; tool indices
 after the six) run outside the environment: a call names an image (`image_index`) and
-optionally a `bounding_box` on it; the environment checks and counts it like any call,
-appends no image, and sets `text_call`, so the agent's host tool fills `text_ids` /
-`text_mask` (`text_tokens` wide) with the result's tokens.
+optionally either a `bounding_box` on it or a text argument (`TEXT_ARGUMENTS`:
+"text_prompt", "question"; no points, the text itself is the agent's); the environment
+checks and counts it like any call, appends no image, and sets `text_call`, so the
+agent's host tool fills `text_ids` / `text_mask` (`text_tokens` wide) with the result's
+tokens. Which text key a tool takes is its host tool's to check (a wrong one is the
+tool's error text, as on the public server); an interaction tool given a text key is an
+"arguments" error (not its own argument).
 
 Budget: `max_turns` model turns, of which the last must answer, so max_turns - 1 tool
 calls; `max_images` must hold the first image and one per call (max_images >= max_turns).
@@ -62,7 +66,9 @@ from jaxspatial.render import render
 Array = jax.Array
 TOOLS = ("image_crop", "image_label", "draw_line", "draw_path", "bounding_box",
          "image_highlight")  # the public tool registry's order
-ARGUMENTS = ("bounding_box", "coordinates", "points", "text")  # "text": then "position"
+# "text": then "position"; the text keys are written only for host text tools.
+ARGUMENTS = ("bounding_box", "coordinates", "points", "text", "text_prompt", "question")
+TEXT_ARGUMENTS = ARGUMENTS[4:]  # the perception tools' text arguments (public names)
 TOOL_ARGUMENT = (0, 3, 1, 2, 0, 0)        # per tool: the index of its argument
 TOOL_POINTS = ((2, 2), (1, 1), (2, 2), (2, None), (2, 2), (2, 2))  # (min, max); None: K
 ERRORS = ("none", "limit", "arguments", "image_index", "path_points")
@@ -124,7 +130,8 @@ class PeriaAction:
   kind: Array        # TOOL or STOP
   tool: Array        # index into TOOLS
   image: Array       # image_index: the position of the source image in the list
-  argument: Array    # index into ARGUMENTS: where the call wrote its coordinates
+  argument: Array    # index into ARGUMENTS: the key the call wrote (its coordinates or
+                     # text); -1: none (a text tool's call of image_index alone)
   points: Array      # [max_path_points, 2] x, y in [0, scale]; the first num_points count
   num_points: Array
 
@@ -251,10 +258,14 @@ def step(key: Array, state: PeriaState, action: PeriaAction,
   limit = state.done | over_budget | (state.count >= params.max_images)
   is_text = (action.tool >= len(TOOLS)) & (action.tool < len(TOOLS) + len(params.text_tools))
   tool_known = ((action.tool >= 0) & (action.tool < len(TOOLS))) | is_text
-  # A text tool takes an optional bounding box: no points, or a box's two.
+  # A text tool takes image_index alone (argument -1, no points), a bounding box (a box's
+  # two points), or a text argument (no points); which text key is the host tool's to check.
   box_argument = action.argument == ARGUMENTS.index("bounding_box")
+  text_argument = ((action.argument < 0) | (
+      (action.argument >= len(ARGUMENTS) - len(TEXT_ARGUMENTS))
+      & (action.argument < len(ARGUMENTS)))) & (action.num_points == 0)
   own_argument = jnp.where(
-      is_text, (action.num_points == 0) | box_argument,
+      is_text, box_argument | text_argument,
       action.argument == jnp.asarray(TOOL_ARGUMENT)[jnp.clip(action.tool, 0, len(TOOLS) - 1)])
   index_ok = (action.image >= 0) & (action.image < state.count)
   low, high = _point_bounds(action.tool, params.max_path_points)

@@ -21,7 +21,8 @@ it into the observation text "Error executing {tool}: tool failed: ..."). Call c
 rows, failures and latency are in `stats()` (per tool, thread-safe).
 
 `TextTool` is the form PERIA's perception tools take in a rollout: a host function
-(image, bounding_box) -> observation text, tokenised on the host into `max_tokens` ids with
+(image, bounding_box, and a text argument as its keyword when the model wrote one, e.g.
+text_prompt="chair") -> observation text, tokenised on the host into `max_tokens` ids with
 a mask (text is tokenised as text: special tokens spelled in it stay ordinary bytes).
 """
 
@@ -179,49 +180,99 @@ def encode_text(tokenizer, text: str, max_tokens: int, pad_token: int = 0):
   return out, mask
 
 
+# PERIA's text arguments by their public names (SAM 3's text tools, GroundingDINO): a
+# TextTool's `text_key` input indexes this list.
+TEXT_KEYS = ("text_prompt", "question")
+GENERIC_ARGUMENTS = ("image_index", "bounding_box")  # a tool without declared arguments
+
+
+def decode_text_bytes(row) -> str:
+  """A -1 padded row of byte values as text (UTF-8, invalid bytes replaced)."""
+  row = np.asarray(row).reshape(-1)
+  end = int(np.argmax(row < 0)) if (row < 0).any() else row.size
+  return bytes(row[:end].astype(np.uint8).tolist()).decode("utf-8", errors="replace")
+
+
 class TextTool(HostTool):
   """A perception tool whose result is observation text: `fn(image_HxWx3 uint8, bounding_box
-  [x1, y1, x2, y2] on the 0..scale grid or None) -> str`, called for the active rows of
-  a batch; outputs `ids` [max_tokens] int32, `mask` [max_tokens] bool. A row whose call
-  raised gets the text "Error executing {name}: tool failed: ..." (the model sees that
-  its tool failed, as from PERIA's server); a batch-level failure (timeout) follows
-  `on_error`."""
+  [x1, y1, x2, y2] on the 0..scale grid or None, **text) -> str`, called for the active
+  rows of a batch, `text` being the model's text argument as its keyword (one of
+  `text_keys`, e.g. text_prompt="chair"; none when the call wrote none, so `fn(image,
+  box)` serves tools without text); outputs `ids` [max_tokens] int32, `mask` [max_tokens]
+  bool. A key the tool does not take is its host function's to refuse (the registry's
+  tools answer with their error text, as PERIA's server fails on an unexpected keyword).
+  A row whose call raised gets the text "Error executing {name}: tool failed: ..." (the
+  model sees that its tool failed, as from PERIA's server); a batch-level failure
+  (timeout) follows `on_error`. `arguments` (its public argument names, image_index
+  first) and `optional` (those it may omit) describe it in the agent's system prompt;
+  by default image_index and an optional bounding_box."""
 
   def __init__(self, name: str, fn: Callable, tokenizer, max_tokens: int = 128,
-               timeout_s: float = 60.0, retries: int = 1, on_error: str = "flag"):
+               timeout_s: float = 60.0, retries: int = 1, on_error: str = "flag",
+               text_keys: tuple[str, ...] = TEXT_KEYS, arguments: tuple[str, ...] | None = None,
+               optional: tuple[str, ...] | None = None):
     if max_tokens < 1:
       raise ValueError(f"TextTool {name!r}: max_tokens must be >= 1, got {max_tokens}")
     self.text_fn, self.tokenizer, self.max_tokens = fn, tokenizer, int(max_tokens)
+    self.text_keys = tuple(text_keys)
+    if len(set(self.text_keys)) < len(self.text_keys) or not all(
+        isinstance(k, str) and k.isidentifier() for k in self.text_keys):
+      raise ValueError(f"TextTool {name!r}: text_keys must be distinct keyword names, got "
+                       f"{text_keys!r}")
+    self.arguments = GENERIC_ARGUMENTS if arguments is None else tuple(arguments)
+    self.optional = (("bounding_box",) if arguments is None and optional is None
+                     else tuple(optional or ()))
+    unknown = sorted(set(self.optional) - set(self.arguments))
+    if unknown:
+      raise ValueError(f"TextTool {name!r}: optional arguments {unknown} are not among its "
+                       f"arguments {self.arguments}")
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     self.pad_token = int(pad)
     super().__init__(name, self._rows, {"ids": ((max_tokens,), jnp.int32),
                                         "mask": ((max_tokens,), jnp.bool_)},
                      timeout_s=timeout_s, retries=retries, on_error=on_error)
 
-  def text(self, image, bounding_box=None) -> str:
-    """One call's observation text; a raising backend becomes the tool's error text."""
+  def text(self, image, bounding_box=None, **text) -> str:
+    """One call's observation text (`text`: the model's text argument, e.g.
+    text_prompt="chair"); a raising backend becomes the tool's error text."""
     try:
-      text = self.text_fn(np.asarray(image, np.uint8), bounding_box)
-      if not isinstance(text, str):
-        raise TypeError(f"expected the tool's text, got {type(text).__name__}")
-      return text
+      result = self.text_fn(np.asarray(image, np.uint8), bounding_box, **text)
+      if not isinstance(result, str):
+        raise TypeError(f"expected the tool's text, got {type(result).__name__}")
+      return result
     except Exception as error:  # the model sees the failure, the rollout goes on
       return f"Error executing {self.name}: tool failed: {type(error).__name__}: {error}"[:500]
 
-  def _rows(self, image, box, has_box, active):
+  def _rows(self, image, box, has_box, active, text, text_key):
     batch = image.shape[0]
     ids = np.full((batch, self.max_tokens), self.pad_token, np.int32)
     mask = np.zeros((batch, self.max_tokens), bool)
     for b in np.flatnonzero(np.asarray(active, bool)):
       box_b = [float(v) for v in np.asarray(box[b]).reshape(-1)] if has_box[b] else None
-      ids[b], mask[b] = encode_text(self.tokenizer, self.text(image[b], box_b),
+      key = int(np.asarray(text_key[b]))
+      written = ({self.text_keys[key]: decode_text_bytes(text[b])}
+                 if 0 <= key < len(self.text_keys) else {})
+      ids[b], mask[b] = encode_text(self.tokenizer, self.text(image[b], box_b, **written),
                                     self.max_tokens, self.pad_token)
     return {"ids": ids, "mask": mask}
 
-  def __call__(self, image, box, has_box, active):
+  def __call__(self, image, box, has_box, active, text=None, text_key=None):
     """(ids, mask) for one episode: `image` [H, W, 3] uint8, `box` [4] (0..scale), `has_box`
-    and `active` bool. A batch whose call failed (flag mode) shows the failure text."""
-    out = super().__call__(image=image, box=box, has_box=has_box, active=active)
+    and `active` bool; `text` [N] int32 the text argument's bytes (-1 padded) and
+    `text_key` its key's index in `text_keys` (-1: no text argument). A batch whose call
+    failed (flag mode) shows the failure text."""
+    if (text is None) != (text_key is None):
+      raise ValueError(f"TextTool {self.name!r}: give text and text_key together (the bytes "
+                       f"and which of {self.text_keys} the model wrote), got only "
+                       + ("text" if text_key is None else "text_key"))
+    if text is None:
+      text, text_key = jnp.full((1,), -1, jnp.int32), jnp.asarray(-1, jnp.int32)
+    text, text_key = jnp.asarray(text, jnp.int32), jnp.asarray(text_key, jnp.int32)
+    if text.ndim != 1 or text_key.ndim != 0:
+      raise ValueError(f"TextTool {self.name!r}: expected one episode's text [N] and "
+                       f"text_key [], got shapes {text.shape} and {text_key.shape}")
+    out = super().__call__(image=image, box=box, has_box=has_box, active=active, text=text,
+                           text_key=text_key)
     fail_ids, fail_mask = encode_text(self.tokenizer, f"Error executing {self.name}: tool "
                                       "failed (no result from the host).", self.max_tokens,
                                       self.pad_token)

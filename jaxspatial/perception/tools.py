@@ -24,9 +24,9 @@ a bad model-written argument never raises; `text` is then PERIA's "Error executi
 not [H, W, 3] uint8, no model folder, a folder that does not load).
 
 Inside jit a tool is a `TextTool` (`host_tool`), called as `fn(image, bounding_box or
-None)`: PERIA's grammar writes `image_index` and an optional `bounding_box` for text tools,
-so the tools taking `text_prompt` or `question` answer there with their missing-argument
-error until the grammar writes text arguments.
+None, **text)`: PERIA's grammar writes `image_index` and either an optional
+`bounding_box` or a text argument (`text_prompt` or `question`), passed as that keyword,
+so a tool given a key it does not take answers with its unexpected-argument error.
 """
 
 from __future__ import annotations
@@ -167,10 +167,17 @@ class PerceptionTool:
     tool.__name__ = tool.__qualname__ = name
     return tool
 
+  @property
+  def optional(self) -> tuple[str, ...]:
+    """The arguments a call may leave out (image_index is always written): the OCR tools'
+    bounding_box (without it they read the whole image)."""
+    return ("bounding_box",) if self.family == "ocr" else ()
+
   def host_tool(self, tokenizer, max_tokens: int = 256, **options) -> TextTool:
-    """This tool as a TextTool for the compiled rollout; `options` go to TextTool
-    (timeout_s, retries, on_error)."""
-    return TextTool(self.name, self.text_fn(), tokenizer, max_tokens, **options)
+    """This tool as a TextTool for the compiled rollout, described by its public
+    arguments; `options` go to TextTool (timeout_s, retries, on_error)."""
+    return TextTool(self.name, self.text_fn(), tokenizer, max_tokens, arguments=self.arguments,
+                    optional=self.optional, **options)
 
 
 def parse_result(text: str) -> dict:

@@ -3,8 +3,10 @@
 A grammar is a small regular expression tree over bytes (`Lit`, `Bytes`, `Seq`, `Alt`,
 `Repeat`, and `TextWithout`: free text holding none of a set of patterns, an Aho-Corasick
 automaton, optionally with at least n non-space bytes) with labelled fields (`Enum`,
-`Number`). It compiles to a minimal DFA over the 256 byte values whose transitions carry
-the field (and, on an enum option's last byte, the option) they write.
+`Number`, and `Text`: a TextWithout whose bytes are the field's value). It compiles to a
+minimal DFA over the 256 byte values whose transitions carry the field (and, on an enum
+option's last byte, the option) they write. A field appears once in a grammar; an enum's
+options may share a continuation (see `Enum`), which then holds its fields once.
 `compile_token_automaton` then walks every vocabulary token's bytes from every state
 (tokens longest first, so the work is states x the vocabulary's total bytes), giving the
 tables a rollout uses on device:
@@ -94,9 +96,36 @@ class TextWithout:
 
 
 @dataclasses.dataclass(frozen=True)
+class Text:
+  """A field of free text: bytes holding none of `patterns` (default: a JSON string's body
+  without escapes, no '"' or backslash), at least `min_nonspace` (>= 1) of them outside
+  `space`. Its bytes are the value (`parse.ParsedTurn.texts`); it is present when written,
+  which the non-space byte makes visible."""
+  name: str
+  patterns: tuple = (b'"', b"\\")
+  min_nonspace: int = 1
+  space: frozenset = ASCII_SPACE
+
+  def __post_init__(self):
+    if self.min_nonspace < 1:
+      raise ValueError(f"grammar: Text {self.name!r}.min_nonspace: expected >= 1 (an empty "
+                       f"text could not be told from an absent one), got {self.min_nonspace}")
+    body = self.body  # checks the patterns and the space as TextWithout does
+    object.__setattr__(self, "patterns", body.patterns)
+    object.__setattr__(self, "space", body.space)
+
+  @property
+  def body(self) -> TextWithout:
+    return TextWithout(self.patterns, self.min_nonspace, self.space)
+
+
+@dataclasses.dataclass(frozen=True)
 class Enum:
   """A field whose value is one of `options` (literal byte strings, none a prefix of another).
-  `continuations`, when given, is one grammar node per option that must follow it."""
+  `continuations`, when given, is one grammar node per option that must follow it. Options
+  share continuations (one automaton, its fields held once): equal continuations are one,
+  and a `Seq` whose last item equals another option's continuation ends in that one
+  (`_continuation_plan`)."""
   name: str
   options: tuple
   continuations: tuple | None = None
@@ -138,14 +167,32 @@ def optional(item) -> Repeat:
   return Repeat(item, 0, 1)
 
 
+def _continuation_plan(continuations: tuple) -> dict:
+  """{distinct continuation: (head or None, shared node)}, in order: equal continuations
+  are one; one that is a Seq ending in another option's continuation is its head (the
+  items before) and then that continuation, built once for every option reaching it."""
+  whole = set(continuations)
+  plan = {}
+  for item in dict.fromkeys(continuations):
+    tail = item.items[-1] if isinstance(item, Seq) and item.items else None
+    plan[item] = (Seq(item.items[:-1]), tail) if tail is not None and tail in whole else (
+        None, item)
+  return plan
+
+
 def _fields(node, out: list) -> list:
-  if isinstance(node, (Enum, Number)):
+  if isinstance(node, (Enum, Number, Text)):
     if any(f.name == node.name for f in out):
       raise ValueError(f"grammar: field {node.name!r} appears twice")
     out.append(node)
   if isinstance(node, Enum) and node.continuations:
-    for item in node.continuations:
-      _fields(item, out)
+    shared = []
+    for head, item in _continuation_plan(node.continuations).values():
+      if head is not None:
+        _fields(head, out)
+      if item not in shared:
+        shared.append(item)
+        _fields(item, out)
   elif isinstance(node, (Seq, Alt)):
     for item in node.items:
       _fields(item, out)
@@ -271,6 +318,8 @@ class _NFA:
       return a, b
     if isinstance(node, TextWithout):
       return self._text_without(node, label)
+    if isinstance(node, Text):
+      return self._text_without(node.body, (field_ids[node.name], NO_OPTION))
     if isinstance(node, Enum):
       field = field_ids[node.name]
       for i, x in enumerate(node.options):
@@ -282,6 +331,8 @@ class _NFA:
         raise ValueError(f"grammar: enum {node.name!r} has {len(node.options)} options and "
                          f"{len(node.continuations)} continuations")
       a, b = self.state(), self.state()
+      plan = _continuation_plan(node.continuations) if node.continuations is not None else None
+      starts: dict = {}  # each continuation's and shared node's start, built once
       for k, option in enumerate(node.options):
         if not option:
           raise ValueError(f"grammar: enum {node.name!r} has an empty option")
@@ -290,11 +341,11 @@ class _NFA:
           nxt = self.state()
           self.edges[end].append(((byte,), nxt, (field, k if j == len(option) - 1 else -1)))
           end = nxt
-        if node.continuations is not None:
-          s, e = self.build(node.continuations[k], label, field_ids)
-          self.eps[end].append(s)
-          end = e
-        self.eps[end].append(b)
+        if plan is None:
+          self.eps[end].append(b)
+          continue
+        self.eps[end].append(self._continuation(node.continuations[k], plan, starts, b,
+                                                label, field_ids))
       return a, b
     if isinstance(node, Number):
       if node.lo > node.hi:
@@ -309,6 +360,22 @@ class _NFA:
         options.append(seq(lit(text), optional(tail)) if tail else lit(text))
       return self.build(Alt(tuple(options)), field, field_ids)
     raise TypeError(f"grammar: unknown node {type(node).__name__}")
+
+  def _continuation(self, item, plan: dict, starts: dict, b: int, label, field_ids) -> int:
+    """The start of an enum continuation ending at `b`, built on first use: its head (if
+    any), then its shared node, itself built once (`_continuation_plan`)."""
+    if ("whole", item) not in starts:
+      head, shared = plan[item]
+      if ("node", shared) not in starts:
+        s, e = self.build(shared, label, field_ids)
+        self.eps[e].append(b)
+        starts["node", shared] = s
+      start = starts["node", shared]
+      if head is not None:
+        start, e = self.build(head, label, field_ids)
+        self.eps[e].append(starts["node", shared])
+      starts["whole", item] = start
+    return starts["whole", item]
 
   def _text_without(self, node: TextWithout, label) -> tuple[int, int]:
     """Aho-Corasick automaton of the patterns with every match removed, times a count of
@@ -553,6 +620,18 @@ class Grammar:
   @functools.cached_property
   def fields(self) -> tuple:
     return tuple(_fields(self.root, []))
+
+  @functools.cached_property
+  def text_fields(self) -> tuple[str, ...]:
+    """The `Text` fields' names, in field order: the rows of `ParsedTurn.texts`."""
+    return tuple(f.name for f in self.fields if isinstance(f, Text))
+
+  def text_index(self, name: str) -> int:
+    """The row of a `Text` field in `ParsedTurn.texts`."""
+    if name not in self.text_fields:
+      raise KeyError(f"grammar {self.name!r} has no text field {name!r}; it has "
+                     f"{list(self.text_fields)}")
+    return self.text_fields.index(name)
 
   def field_id(self, name: str) -> int:
     for i, f in enumerate(self.fields):

@@ -23,7 +23,8 @@ Think3D   <tool_call>{"name": "pi3_tool", "arguments": {"rotation_reference_came
 Act3D     <tool_call>{"name": "render_view_tool", "arguments": {"action": "forward",
           "distance": 2.5}}</tool_call>     (appendix C.1; distance optional)
 PERIA     <action>{"name": "image_crop", "arguments": {"image_index": 0, "bounding_box":
-          [420, 310, 680, 590]}}</action>  (the public tools' arguments: see `peria`)
+          [420, 310, 680, 590]}}</action>  (the public tools' arguments: see `peria`;
+          with perception tools also {"image_index": 0, "text_prompt": "chair"})
 3DThinker <|latent_start|><|latent_pad|> x 12 <|latent_end|><think>...</think>
           <answer>...</answer>
 """
@@ -34,9 +35,10 @@ import functools
 
 from jaxspatial.envs.act3d import PRIMITIVES
 from jaxspatial.envs.peria import ARGUMENTS as PERIA_ENV_ARGUMENTS
+from jaxspatial.envs.peria import TEXT_ARGUMENTS as PERIA_ENV_TEXT_ARGUMENTS
 from jaxspatial.envs.peria import TOOLS as PERIA_ENV_TOOLS
-from jaxspatial.rollout.automaton import (JSON_WS, Enum, Grammar, Number, Repeat, TextWithout,
-                                          alt, optional, seq)
+from jaxspatial.rollout.automaton import (JSON_WS, Enum, Grammar, Number, Repeat, Text,
+                                          TextWithout, alt, optional, seq)
 
 WS = JSON_WS
 TAGS = (b"<think>", b"</think>", b"<answer>", b"</answer>", b"<tool_call>", b"</tool_call>",
@@ -48,6 +50,9 @@ CALL, ANSWER = 0, 1  # values of the "kind" field
 ANGLE_DECIMALS = 2
 PERIA_TOOLS = PERIA_ENV_TOOLS  # one list: the environment dispatches on this order
 PERIA_ARGUMENTS = PERIA_ENV_ARGUMENTS  # the "argument" field's options, in this order
+PERIA_TEXT_ARGUMENTS = PERIA_ENV_TEXT_ARGUMENTS  # text keys (with perception tools only)
+PERIA_POINT_ARGUMENTS = PERIA_ARGUMENTS[:len(PERIA_ARGUMENTS) - len(PERIA_TEXT_ARGUMENTS)]
+PERIA_TEXT = "text_value"  # the field holding a text argument's bytes
 THINK3D_TOOL, ACT3D_TOOL = "pi3_tool", "render_view_tool"
 
 
@@ -136,19 +141,27 @@ def peria(max_images: int = 10, scale: int = 1000, max_points: int = 8,
   (the key written: the environment rejects one that is not the tool's, as the public
   server fails on an unexpected keyword), and x{k}, y{k} per point slot; a call's point
   count is the number of x fields present. `coordinates`: PERIA_COORDINATES.
-  `text_tools`: host perception tools after the six (e.g. "text_ocr"), called with
-  `image_index` and an optional "bounding_box": with them the argument is optional for
-  every tool (the environment rejects an interaction tool without its own)."""
+  `text_tools`: host perception tools after the six (e.g. "text_ocr"). With them the
+  argument is optional for every tool (the environment rejects an interaction tool
+  without its own) and may also be a text one, "text_prompt" or "question" (the SAM 3 and
+  GroundingDINO tools' public names) with a JSON string holding no '"' or backslash and a
+  non-space byte: {"image_index": 0, "text_prompt": "chair"}; its bytes are the
+  PERIA_TEXT field. A text tool takes `image_index` alone, with a "bounding_box", or
+  with a text argument; which keys it accepts is its host tool's to say."""
   if coordinates not in PERIA_COORDINATES:
     raise ValueError(f"grammars.peria: coordinates must be one of {PERIA_COORDINATES}, got "
                      f"{coordinates!r}")
-  argument = Enum("argument", tuple(f'"{a}"'.encode() for a in PERIA_ARGUMENTS), tuple(
-      seq(WS, ":", WS, '"', TextWithout(b'"'), '"', WS, ",", WS, '"position"')
-      if a == "text" else seq() for a in PERIA_ARGUMENTS))
+  value = seq(WS, ":", WS, _peria_points(max_points, scale, coordinates))
+  continuations = {
+      "text": seq(WS, ":", WS, '"', TextWithout(b'"'), '"', WS, ",", WS, '"position"', value),
+      "text_prompt": seq(WS, ":", WS, '"', Text(PERIA_TEXT), '"')}
+  continuations["question"] = continuations["text_prompt"]  # one shared text field
+  keys = PERIA_ARGUMENTS if text_tools else PERIA_POINT_ARGUMENTS
+  argument = Enum("argument", tuple(f'"{a}"'.encode() for a in keys),
+                  tuple(continuations.get(a, value) for a in keys))
   index = _key("image_index", Number("image_index", 0, max_images - 1))
-  points = seq(argument, WS, ":", WS, _peria_points(max_points, scale, coordinates))
-  arguments = (seq(index, optional(seq(WS, ",", WS, points))) if text_tools
-               else _comma(index, points))
+  arguments = (seq(index, optional(seq(WS, ",", WS, argument))) if text_tools
+               else _comma(index, argument))
   name = seq('"', Enum("tool", tuple(t.encode() for t in PERIA_TOOLS + tuple(text_tools))),
              '"')
   root = seq(THINK, _call_or_answer("<action>", _json_call(name, arguments), "</action>"))

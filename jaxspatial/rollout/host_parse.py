@@ -16,6 +16,7 @@ quantifiers), so hostile model text cannot make them backtrack for long.
 
 from __future__ import annotations
 
+import functools
 import re
 
 from jaxspatial.envs.act3d import PRIMITIVES
@@ -112,8 +113,12 @@ def parse_think3d(turn: bytes, max_cameras: int = 8, views: str = "free") -> dic
 
 _PERIA_TOOLS = (b"image_crop", b"image_label", b"draw_line", b"draw_path", b"bounding_box",
                 b"image_highlight")
-_PERIA_ARGUMENTS = (b"bounding_box", b"coordinates", b"points", b"text")
+_PERIA_ARGUMENTS = (b"bounding_box", b"coordinates", b"points", b"text", b"text_prompt",
+                    b"question")
 _PERIA_INTEGER = rb"(?:0|[1-9][0-9]*)"
+# A text argument: a JSON string body without '"' or backslash, holding a byte that is not
+# ASCII whitespace (one lookahead at its start: linear).
+_PERIA_TEXT = rb'"(?=[^"\\]*[^"\\ \t\n\r\x0b\x0c])(?P<text>[^"\\]*)"'
 
 
 def _peria_points(separator: bytes) -> bytes:
@@ -126,35 +131,53 @@ _PERIA_VALUES = {  # a flat list, or the public declarations' strings "\\boxed{.
     "boxed": (rb'"(?:' + re.escape(b"\\\\boxed{") + rb"|\()? *" + _peria_points(rb" *, *")
               + rb' *(?:\}|\))?"'),
 }
-_PERIA = {coordinates: re.compile(
-    _THINK + rb"(?:<action>" + _WS + _call(
-        rb'"(?P<tool>' + b"|".join(_PERIA_TOOLS) + rb')"',
-        _key("image_index", rb"(?P<image>" + _PERIA_INTEGER + rb")") + _sep()
-        + rb'(?:"(?P<argument>bounding_box|coordinates|points)"|"text"' + _WS + rb":" + _WS
-        + rb'"(?P<label>[^"]*)"' + _sep() + rb'"position")' + _WS + rb":" + _WS + values)
-    + _WS + rb"</action>|" + _ANSWER + rb")", re.DOTALL)
-    for coordinates, values in _PERIA_VALUES.items()}
+
+
+@functools.lru_cache(maxsize=None)
+def _peria(coordinates: str, text_tools: tuple[str, ...]) -> re.Pattern:
+  """The turn regex: the six tools with their point arguments; with `text_tools` also
+  those names, the argument optional, and the text keys ("text_prompt", "question")."""
+  tools = _PERIA_TOOLS + tuple(t.encode() for t in text_tools)
+  points = (rb'(?:"(?P<argument>bounding_box|coordinates|points)"|"text"' + _WS + rb":" + _WS
+            + rb'"(?P<label>[^"]*)"' + _sep() + rb'"position")' + _WS + rb":" + _WS
+            + _PERIA_VALUES[coordinates])
+  index = _key("image_index", rb"(?P<image>" + _PERIA_INTEGER + rb")")
+  if text_tools:
+    text = rb'"(?P<text_key>text_prompt|question)"' + _WS + rb":" + _WS + _PERIA_TEXT
+    arguments = index + rb"(?:" + _sep() + rb"(?:" + points + rb"|" + text + rb"))?"
+  else:
+    arguments = index + _sep() + points
+  return re.compile(
+      _THINK + rb"(?:<action>" + _WS + _call(
+          rb'"(?P<tool>' + b"|".join(re.escape(t) for t in tools) + rb')"', arguments)
+      + _WS + rb"</action>|" + _ANSWER + rb")", re.DOTALL)
 
 
 def parse_peria(turn: bytes, max_images: int = 10, scale: int = 1000, max_points: int = 8,
-                coordinates: str = "list") -> dict | None:
-  """{"answer"} or {"tool", "image_index", "argument" (indices into the tools and the
-  argument keys bounding_box, coordinates, points, text), "points" [(x, y), ...],
-  "label" (image_label's text, else None)}. `coordinates`: "list" or "boxed"."""
-  match = _PERIA[coordinates].fullmatch(_truncate(turn, (b"</action>", b"</answer>")))
+                coordinates: str = "list", text_tools: tuple[str, ...] = ()) -> dict | None:
+  """{"answer"} or {"tool" (an index into the six tools, then `text_tools`),
+  "image_index", "argument" (an index into the argument keys bounding_box, coordinates,
+  points, text, text_prompt, question; None when none was written, which only
+  `text_tools` allow), "points" [(x, y), ...], "label" (image_label's text, else None),
+  "text" (a text argument's bytes, else None)}. `coordinates`: "list" or "boxed"."""
+  match = _peria(coordinates, tuple(text_tools)).fullmatch(
+      _truncate(turn, (b"</action>", b"</answer>")))
   if match is None:
     return None
   if match["answer"] is not None:
     return {"answer": match["answer"]}
-  values = re.split(rb"[ \t\n\r]*,[ \t\n\r]*", match["points"])
+  values = re.split(rb"[ \t\n\r]*,[ \t\n\r]*", match["points"]) if match["points"] else []
   if (len(values) > 2 * max_points or not _in_range(match["image"], 0, max_images - 1)
       or not all(_in_range(v, 0, scale) for v in values)):
     return None
-  argument = match["argument"] if match["label"] is None else b"text"
-  return {"tool": _PERIA_TOOLS.index(match["tool"]), "image_index": int(match["image"]),
-          "argument": _PERIA_ARGUMENTS.index(argument),
+  groups = match.groupdict()  # no text groups without text tools
+  argument = (groups["argument"] or groups.get("text_key")
+              or (b"text" if groups["label"] is not None else None))
+  return {"tool": (_PERIA_TOOLS + tuple(t.encode() for t in text_tools)).index(match["tool"]),
+          "image_index": int(match["image"]),
+          "argument": None if argument is None else _PERIA_ARGUMENTS.index(argument),
           "points": [(int(x), int(y)) for x, y in zip(values[::2], values[1::2])],
-          "label": match["label"]}
+          "label": groups["label"], "text": groups.get("text")}
 
 
 _THINKER3D = re.compile(

@@ -3,18 +3,29 @@
 The decoder records the grammar state before every generated token. Walking each token's
 bytes from that state through the byte-level DFA labels every byte with the field it
 writes; an enum's value is the option its last byte completes, a number's value is read
-from its digits. No detokenising, no host round trip.
+from its digits, a text field's value is its bytes (`ParsedTurn.texts`, the first
+TEXT_BYTES of them). No detokenising, no host round trip.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
-from jaxspatial.rollout.automaton import NO_FIELD, Enum, TokenAutomaton
+from jaxspatial.rollout.automaton import NO_FIELD, Enum, Text, TokenAutomaton
 
 Array = jax.Array
+# A text field's bytes kept on device (a static shape); a longer text is cut here, its
+# full length stays in `values`.
+TEXT_BYTES = 256
+
+
+def _no_texts():
+  return np.full((0, TEXT_BYTES), -1, np.int32)
 
 
 @struct.dataclass
@@ -22,17 +33,27 @@ class ParsedTurn:
   """The parse of one turn per episode (leading batch axes allowed).
 
   valid:   the turn is in the grammar (closed and well formed)
-  values:  [F] float32 field values (enum: option index; number: its value), 0 if absent
+  values:  [F] float32 field values (enum: option index; number: its value; text: its
+           length in bytes), 0 if absent
   present: [F] bool, the field was written
+  texts:   [num_text_fields, TEXT_BYTES] int32 each `Text` field's bytes in order
+           (`Grammar.text_fields`), -1 padded (all -1 when absent); [0, TEXT_BYTES] for a
+           grammar without text fields
   """
   valid: Array
   values: Array
   present: Array
+  texts: Array = dataclasses.field(default_factory=_no_texts)
 
   def field(self, grammar, name: str) -> tuple[Array, Array]:
     """(value, present) of a field by name (`grammar`: a Grammar)."""
     index = grammar.field_id(name) - 1
     return self.values[..., index], self.present[..., index]
+
+  def text(self, grammar, name: str) -> tuple[Array, Array]:
+    """(bytes [TEXT_BYTES] int32, -1 padded; present) of a `Text` field by name."""
+    return (self.texts[..., grammar.text_index(name), :],
+            self.field(grammar, name)[1])
 
 
 def turn_bytes(automaton: TokenAutomaton, tokens_T: Array, count: Array) -> tuple[Array, Array]:
@@ -68,13 +89,17 @@ def parse_turn(automaton: TokenAutomaton, tokens_T: Array, states_T: Array, coun
   order = jnp.arange(data.shape[0]).reshape(data_TxL.shape[1], data_TxL.shape[0]).T.reshape(-1)
   data, fields, options = data[order], fields[order], options[order]
 
-  values, present = [], []
+  values, present, texts = [], [], []
   digit = (data >= ord("0")) & (data <= ord("9"))
   for index, spec in enumerate(grammar.fields):
     mine = fields == index + 1
     present.append(jnp.any(mine))
     if isinstance(spec, Enum):
       values.append(jnp.max(jnp.where(mine, options, -1)).astype(jnp.float32))
+      continue
+    if isinstance(spec, Text):
+      values.append(jnp.sum(mine).astype(jnp.float32))
+      texts.append(_field_bytes(data, mine))
       continue
     dot_seen = jnp.cumsum(mine & (data == ord("."))) > 0
     integer = mine & digit & ~dot_seen
@@ -92,8 +117,16 @@ def parse_turn(automaton: TokenAutomaton, tokens_T: Array, states_T: Array, coun
   valid = automaton.accepting[final_state.astype(jnp.int32)]
   values = jnp.stack(values) if values else jnp.zeros((0,), jnp.float32)
   present = jnp.stack(present) if present else jnp.zeros((0,), bool)
+  texts = jnp.stack(texts) if texts else jnp.asarray(_no_texts())
   return ParsedTurn(valid=valid, values=jnp.where(valid, values, 0.0),
-                    present=present & valid)
+                    present=present & valid, texts=jnp.where(valid, texts, -1))
+
+
+def _field_bytes(data: Array, mine: Array) -> Array:
+  """[TEXT_BYTES] the bytes where `mine`, in order, -1 padded (past TEXT_BYTES dropped)."""
+  position = jnp.cumsum(mine) - 1
+  slot = jnp.where(mine & (position < TEXT_BYTES), position, TEXT_BYTES)
+  return jnp.full(TEXT_BYTES, -1, jnp.int32).at[slot].set(data.astype(jnp.int32), mode="drop")
 
 
 def walk_states(automaton: TokenAutomaton, tokens_T: Array, count: Array) -> tuple[Array, Array]:

@@ -67,8 +67,9 @@ class PeriaAgent(turns.AnswerTurns):
   example) or "boxed" (the public declarations' strings "\\\\boxed{420,310,680,590}",
   "(x,y)"); see `grammars.peria`.
   perception: host perception tools (`jaxspatial.perception.TextTool`, e.g. "text_ocr"),
-  called with `image_index` and an optional `bounding_box`; their text results are the
-  observation (`with_perception`)."""
+  called with `image_index` and either an optional `bounding_box` or a text argument
+  ("text_prompt" / "question", passed to the tool as that keyword); their text results
+  are the observation (`with_perception`)."""
   params: peria.PeriaParams = peria.PeriaParams()
   continue_on_format_error: bool = True
   coordinate_format: str = "list"
@@ -91,7 +92,7 @@ class PeriaAgent(turns.AnswerTurns):
   def first_prompts(self, tokenizer, tasks, image_tokens: int, length: int | None = None):
     """(ids, mask): "Observation 0:" before the image, then the question (the public
     pipeline's first user message)."""
-    system = self.system_prompt + prompts.peria_perception_text(self.params.text_tools)
+    system = self.system_prompt + prompts.peria_perception_text(self.perception)
     texts = [prompts.peria_prompt(system, decode_text(q), image_tokens, self.prefill)
              for q in tasks.question_ids]
     return prompts.left_padded(tokenizer, texts, length)
@@ -102,12 +103,16 @@ class PeriaAgent(turns.AnswerTurns):
     return text_rewards(rows.tokens, rows.loss_mask, rows.turn_active.sum(-1),
                         rows.reward_components["correct"], tokenizer)
 
-  def call_turn(self, thought: str, tool: str, image_index: int, points,
-                label: str | None = None) -> str:
+  def call_turn(self, thought: str, tool: str, image_index: int, points=(),
+                label: str | None = None, text: str | None = None,
+                text_key: str | None = None) -> str:
     """A tool call in this agent's syntax: `tool` one of `grammars.PERIA_TOOLS` on image
     `image_index`, `points` [(x, y), ...] on the 0..scale grid written to the tool's argument
     (image_label: `label` and its position). Coordinates as `coordinate_format` says. Which
-    point counts a tool takes is the environment's to check."""
+    point counts a tool takes is the environment's to check. A perception tool takes no
+    points or a box's two, or `text` written to `text_key` (default: the tool's own text
+    argument, "text_prompt" or "question"; another key is written as asked, which the
+    tool then refuses)."""
     names = grammars.PERIA_TOOLS + self.params.text_tools
     if tool not in names:
       raise ValueError(f"PERIA tool: expected one of {names}, got {tool!r}")
@@ -118,13 +123,21 @@ class PeriaAgent(turns.AnswerTurns):
     scale = int(self.params.scale)
     if tool in self.params.text_tools:
       arguments = {"image_index": int(image_index)}
-      if flat:
+      if text is not None or text_key is not None:
+        if flat:
+          raise ValueError(f"PERIA {tool}: a call writes a box or a text argument, not both; "
+                           f"got points {points!r} and text {text!r}")
+        arguments[self._text_key(tool, text_key)] = _checked_text(tool, text)
+      elif flat:
         if len(flat) != 4 or not all(0 <= v <= scale for v in flat):
           raise ValueError(f"PERIA {tool}: expected no points or a box's two in 0..{scale}, "
                            f"got {points!r}")
         arguments["bounding_box"] = flat if self.coordinate_format == "list" else (
             "\\boxed{" + ",".join(map(str, flat)) + "}")
       return turns.call("<action>", "</action>", thought, tool, arguments)
+    if text is not None or text_key is not None:
+      raise ValueError(f"PERIA {tool}: interaction tools take no text argument (image_label's "
+                       f"text is `label`), got text {text!r}")
     if (not flat or len(flat) % 2 or len(flat) > 2 * self.params.max_path_points
         or not all(0 <= v <= scale for v in flat)):
       raise ValueError(f"PERIA points: expected 1..{self.params.max_path_points} (x, y) pairs "
@@ -142,6 +155,20 @@ class PeriaAgent(turns.AnswerTurns):
       arguments[argument] = values
     return turns.call("<action>", "</action>", thought, tool, arguments)
 
+  def _text_key(self, tool: str, text_key: str | None) -> str:
+    """The key a text argument of `tool` is written to: `text_key`, else the tool's own."""
+    keys = grammars.PERIA_TEXT_ARGUMENTS
+    if text_key is not None:
+      if text_key not in keys:
+        raise ValueError(f"PERIA {tool}: text_key must be one of {keys}, got {text_key!r}")
+      return text_key
+    arguments = getattr(self.perception[self.params.text_tools.index(tool)], "arguments", ())
+    own = [a for a in arguments if a in keys]
+    if not own:
+      raise ValueError(f"PERIA {tool}: the tool takes no text argument (its arguments: "
+                       f"{tuple(arguments)}); pass text_key to write one anyway")
+    return own[0]
+
   def __post_init__(self):
     if self.coordinate_format not in grammars.PERIA_COORDINATES:
       raise ValueError(f"PeriaAgent.coordinate_format: expected one of "
@@ -152,6 +179,11 @@ class PeriaAgent(turns.AnswerTurns):
       raise ValueError(f"PeriaAgent.perception {names} must match PeriaParams.text_tools "
                        f"{self.params.text_tools} and their width text_tokens "
                        f"{self.params.text_tokens}: build it with with_perception")
+    for tool in self.perception:  # the parsed key's index is passed to the tool as is
+      keys = tuple(getattr(tool, "text_keys", ()))
+      if keys != grammars.PERIA_TEXT_ARGUMENTS:
+        raise ValueError(f"PeriaAgent.perception: tool {tool.name!r} reads text keys {keys}, "
+                         f"the grammar writes {grammars.PERIA_TEXT_ARGUMENTS}")
 
   def with_perception(self, tools) -> "PeriaAgent":
     """This agent with host perception tools (TextTools of one `max_tokens`)."""
@@ -191,8 +223,9 @@ class PeriaAgent(turns.AnswerTurns):
 
   def observation_variant(self, invalid, format_error, next_is_final, env_state=None):
     """The message after a turn: the format error, the error of the call the environment
-    rejected (`env_state.error`, `env_state.tool`; without `env_state` a generic one), or
-    the new image. PERIA's server has no final-turn message: `next_is_final` is unused."""
+    rejected (`env_state.error`, `env_state.tool`; without `env_state`, or for a perception
+    tool's arguments, the generic one), or the new image (a perception tool's text).
+    PERIA's server has no final-turn message: `next_is_final` is unused."""
     del next_is_final
     if env_state is None:
       rejected = jnp.asarray(INVALID_CALL_VARIANT)
@@ -202,6 +235,10 @@ class PeriaAgent(turns.AnswerTurns):
                               INDEX_VARIANT, PATH_POINTS_VARIANT])
       rejected = by_error[env_state.error] + jnp.where(
           env_state.error == peria.ERROR_ARGUMENTS, tool, 0)
+      # A perception tool's refused arguments have no per-tool message: the generic one.
+      rejected = jnp.where((env_state.error == peria.ERROR_ARGUMENTS)
+                           & (env_state.tool >= len(peria.TOOLS)), INVALID_CALL_VARIANT,
+                           rejected)
     success = SUCCESS_VARIANT
     if self.perception and env_state is not None:
       success = jnp.where(env_state.text_call, TEXT_VARIANT, SUCCESS_VARIANT)
@@ -221,23 +258,28 @@ class PeriaAgent(turns.AnswerTurns):
     action = peria.PeriaAction(
         kind=jnp.where(answered, peria.STOP, peria.TOOL).astype(jnp.int32),
         tool=value("tool").astype(jnp.int32), image=value("image_index").astype(jnp.int32),
-        argument=value("argument").astype(jnp.int32), points=points,
+        argument=jnp.where(parsed.field(self.grammar, "argument")[1], value("argument"),
+                           -1).astype(jnp.int32), points=points,
         num_points=jnp.sum(written.astype(jnp.int32)))
     source = state.images[jnp.clip(action.image, 0, self.params.max_images - 1)]
     obs, state, _, done, info = peria.step(key, state, action, self.params)
     if self.perception:
-      state = self._perceive(state, action, source)
+      state = self._perceive(state, action, source, parsed)
     return obs.image, obs.index[None].astype(jnp.float32), state, info["invalid"], done
 
-  def _perceive(self, state, action, source):
+  def _perceive(self, state, action, source, parsed):
     """The called perception tool's text for a valid text call (one host call per tool
-    and batch under vmap; rows that did not call it are skipped on the host)."""
+    and batch under vmap; rows that did not call it are skipped on the host), given its
+    box or its text argument (the bytes and the key's index in PERIA_TEXT_ARGUMENTS)."""
     box = action.points[:2].reshape(4)
     has_box = action.num_points == 2
+    text, written = parsed.text(self.grammar, grammars.PERIA_TEXT)
+    first = len(grammars.PERIA_POINT_ARGUMENTS)
+    text_key = jnp.where(written & (action.argument >= first), action.argument - first, -1)
     ids, mask = state.text_ids, state.text_mask
     for j, tool in enumerate(self.perception):
       called = state.text_call & (action.tool == len(peria.TOOLS) + j)
-      tool_ids, tool_mask = tool(source, box, has_box, called)
+      tool_ids, tool_mask = tool(source, box, has_box, called, text, text_key)
       ids = jnp.where(called, tool_ids, ids)
       mask = jnp.where(called, tool_mask, mask)
     return state.replace(text_ids=ids, text_mask=mask)
@@ -256,6 +298,16 @@ class PeriaAgent(turns.AnswerTurns):
     return reward, {"correct": correct.astype(jnp.float32),
                     "format": reward - correct,
                     "interactions": state.calls.astype(jnp.float32)}
+
+
+def _checked_text(tool: str, text) -> str:
+  """A text argument the grammar holds as written: a JSON string needing no escape (no
+  '"', backslash or control character) with a non-space character."""
+  if (not isinstance(text, str) or not text.strip(" \t\n\r\x0b\x0c")
+      or any(c in '"\\' or ord(c) < 0x20 for c in text)):
+    raise ValueError(f"PERIA {tool}: expected a text argument with a non-space character and "
+                     f"no '\"', '\\' or control character, got {text!r}")
+  return text
 
 
 def text_rewards(tokens_BxS, loss_mask_BxS, turns_B, correct_B, tokenizer) -> np.ndarray:

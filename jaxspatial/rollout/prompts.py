@@ -63,12 +63,38 @@ PERIA_SYSTEM = (
     "image_index, text and position [x, y].")
 
 
+PERIA_ARGUMENT_TEXT = {  # how the perception tools' public arguments are described
+    "image_index": "image_index",
+    "bounding_box": "bounding_box [x1, y1, x2, y2]",
+    "text_prompt": 'text_prompt, a short phrase such as "red chair"',
+    "question": 'question, object names separated by periods such as "chair. table."',
+}
+
+
+def _signature(arguments, optional) -> str:
+  parts = [("an optional " if a in optional else "") + PERIA_ARGUMENT_TEXT.get(a, a)
+           for a in arguments]
+  return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
 def peria_perception_text(tools) -> str:
-  """The system prompt's sentence on PERIA's perception tools, when the agent has them."""
-  if not tools:
+  """The system prompt's sentences on PERIA's perception tools, when the agent has them:
+  each tool's public arguments (`tools`: TextTools, whose `arguments` / `optional` say
+  them, or names: image_index and an optional bounding_box), tools with the same ones
+  named together, in order."""
+  groups: dict[tuple, list[str]] = {}
+  for tool in tools:
+    if isinstance(tool, str):
+      name, arguments, optional = tool, ("image_index", "bounding_box"), ("bounding_box",)
+    else:
+      name, arguments, optional = tool.name, tuple(tool.arguments), tuple(tool.optional)
+    groups.setdefault((arguments, optional), []).append(name)
+  if not groups:
     return ""
-  return (" The perception tools " + ", ".join(tools) + " take image_index and an optional "
-          "bounding_box [x1, y1, x2, y2]; they return text (JSON) instead of an image.")
+  clauses = [", ".join(names) + (" takes " if len(names) == 1 else " take ")
+             + _signature(*signature) for signature, names in groups.items()]
+  return (" The perception tools return text (JSON) instead of an image: "
+          + "; ".join(clauses) + ".")
 
 
 def chat_prompt(system: str, user: str, image_tokens: int, num_images: int = 1,

@@ -140,6 +140,11 @@ def test_each_public_tool_appends_its_image(start, step):
     (call("draw_path", 1, (0, 0, 10, 10)), peria.ERROR_INDEX),   # image 1 not in the list
     (call("draw_path", 2, (0, 0)), peria.ERROR_INDEX),           # the index comes first
     (call("draw_path", 0, (5, 5)), peria.ERROR_PATH_POINTS),
+    # The perception tools' text keys are no interaction tool's argument.
+    (call("image_crop", 0, (), argument=peria.ARGUMENTS.index("text_prompt")),
+     peria.ERROR_ARGUMENTS),
+    (call("image_label", 0, (10, 10), argument=peria.ARGUMENTS.index("question")),
+     peria.ERROR_ARGUMENTS),
 ])
 def test_an_invalid_call_names_its_error_and_produces_no_image(start, step, action, error):
   _, state = start

@@ -304,6 +304,9 @@ def test_the_registrys_grounding_dino_answers_as_the_backend_and_builds_in_a_rec
       models=dict(ocr="", sam3="", grounding_dino=str(dino_folder)))})
   (host,) = make_perception(c, tokenizer=type("T", (), {"pad_token_id": 0})())
   assert host.name == "grounding_dino" and host.max_tokens == 64
-  # Inside the rollout the grammar writes no question yet: the tool says it is missing.
+  assert (host.arguments, host.optional) == (("image_index", "question"), ())
+  # Inside the rollout the model's question arrives as its keyword; without one the tool
+  # says it is missing.
+  assert host.text(image, None, question="cat. red car.") == text
   assert host.text(image, None).startswith("Error executing grounding_dino: question is "
                                            "missing")

@@ -107,3 +107,34 @@ def test_text_tools_tokenise_results_as_text_for_active_rows_only():
       "Error executing describe: tool failed: ValueError: too bright")
   long_ids, long_mask = encode_text(tok, "word " * 200, 16)
   assert long_ids.shape == (16,) and long_mask.all()
+
+
+def test_text_tools_pass_the_models_text_argument_as_its_keyword():
+  """The parsed text (bytes, -1 padded; UTF-8 with replacement) reaches the host function
+  as the keyword its key index names; key -1 passes none, so `fn(image, box)` still
+  serves; a function refusing the keyword answers with the tool's error text."""
+  tok = tiny.tokenizer()
+  calls = []
+
+  def segment(image, bounding_box, text_prompt=None):
+    calls.append((bounding_box, text_prompt))
+    return f"prompt={text_prompt}"
+  tool = TextTool("text_segment", segment, tok, max_tokens=48)
+  text = np.full((4, 16), -1, np.int32)
+  for row, data in enumerate((b"chair", b"caf\xc3\xa9 \xff", b"chair", b"chair")):
+    text[row, :len(data)] = list(data)
+  keys = jnp.asarray([0, 0, 1, -1], jnp.int32)  # text_prompt, text_prompt, question, none
+  run = jax.jit(jax.vmap(tool))
+  ids, mask = jax.device_get(run(np.zeros((4, 8, 8, 3), np.uint8), jnp.zeros((4, 4)),
+                                 jnp.zeros(4, bool), jnp.ones(4, bool), text, keys))
+  texts = [tok.decode(ids[b][mask[b]]) for b in range(4)]
+  assert texts[0] == "prompt=chair" and texts[1] == "prompt=caf\u00e9 \ufffd"
+  refused = tool.text(np.zeros((8, 8, 3), np.uint8), None, question="chair")
+  assert refused.startswith("Error executing text_segment: tool failed: TypeError: ")
+  assert "unexpected keyword argument 'question'" in refused
+  assert texts[2] == tok.decode(encode_text(tok, refused, 48)[0])  # cut to max_tokens
+  assert texts[3] == "prompt=None"
+  assert sorted(calls, key=str) == sorted([(None, "chair"), (None, "caf\u00e9 \ufffd"),
+                                           (None, None)], key=str)  # the refusal never ran
+  with pytest.raises(ValueError, match="give text and text_key together"):
+    tool(np.zeros((8, 8, 3), np.uint8), jnp.zeros(4), False, True, text[0])

@@ -1,5 +1,6 @@
 """Perception tools inside the compiled rollout: a PERIA episode calls `text_ocr` (the real
-PP-OCRv4 model on the host) and its observation holds the recognised text; a rollout with
+PP-OCRv4 model on the host) and its observation holds the recognised text, and the SAM 3
+tools get the text argument the model wrote (a tiny random SAM 3); a rollout with
 a host tool on 8 fake CPU devices equals the single-device rollout; Think3D reconstructs
 its scene from the input images inside jit (the full rollout's equality is a `make
 train-checks` test: tests/recipes/test_think3d_reconstruction.py)."""
@@ -53,8 +54,21 @@ def policy():
   return tok, Qwen25VL(tiny.model_config(tok), rngs=nnx.Rngs(1))
 
 
-def test_a_peria_episode_reads_the_scene_text_with_the_real_ocr(policy):
-  from jaxspatial.perception import ocr  # pylint: disable=import-outside-toplevel
+@pytest.fixture(scope="module")
+def sam3_folder(tmp_path_factory):
+  # pylint: disable=import-outside-toplevel
+  pytest.importorskip("torch")
+  pytest.importorskip("transformers")
+  from tests.perception.test_segmentation import make_sam3_folder
+  return make_sam3_folder(tmp_path_factory)
+
+
+def test_a_peria_episode_reads_the_scene_text_with_the_real_ocr(policy, sam3_folder):
+  """One compiled rollout: text_ocr over the whole sign and a box of it (the real
+  PP-OCRv4), concept_count given the model's "text_prompt": "chair" and text_segment
+  given a "question" it does not take, both the registry's tools on a tiny SAM 3."""
+  # pylint: disable=import-outside-toplevel
+  from jaxspatial.perception import TOOLS, encode_text, ocr
   tok, model = policy
   backend = ocr.RapidOCRBackend()
   reads = []
@@ -62,29 +76,46 @@ def test_a_peria_episode_reads_the_scene_text_with_the_real_ocr(policy):
   def read(image, box):
     reads.append(box)
     return ocr.text_ocr(image, box, backend=backend)
-  tool = TextTool("text_ocr", read, tok, max_tokens=64, timeout_s=120)
+  width = 320  # concept_count's JSON on this image is about 300 tiny-tokenizer tokens
+  tool = TextTool("text_ocr", read, tok, max_tokens=width, timeout_s=120)
+  sam = {name: TOOLS[name].bind(sam3_folder) for name in ("concept_count", "text_segment")}
   params = peria.PeriaParams(width=WIDTH, height=HEIGHT, hfov_deg=HFOV, max_images=3,
                              max_turns=3, splat_radius=0)
-  agent = agents.PeriaAgent(params).with_perception([tool])
+  agent = agents.PeriaAgent(params).with_perception(
+      [tool] + [t.host_tool(tok, width, timeout_s=120) for t in sam.values()])
   run = AgentRollout.create(agent, tok, model, max_turns=3, max_turn_tokens=96,
                             temperature=0.0)
-  tasks = _stack([sign_task(), sign_task()])
-  scripts = [[agent.call_turn("read it", "text_ocr", 0, ()), agent.answer_turn("ok", "24")],
-             [agent.call_turn("read the left half", "text_ocr", 0, [(0, 0), (330, 1000)]),
-              agent.answer_turn("ok", "24")]]
+  tasks = _stack([sign_task()] * 4)
+  calls = [agent.call_turn("read it", "text_ocr", 0),
+           agent.call_turn("read the left half", "text_ocr", 0, [(0, 0), (330, 1000)]),
+           agent.call_turn("count", "concept_count", 0, text="chair"),
+           agent.call_turn("find", "text_segment", 0, text="chair", text_key="question")]
+  assert '"arguments": {"image_index": 0, "text_prompt": "chair"}' in calls[2]
+  scripts = [[call, agent.answer_turn("ok", "24")] for call in calls]
   traj = jax.device_get(run(model, tasks, jax.random.PRNGKey(0), forced=run.forced(scripts)))
   assert traj.turn_valid[:, :2].all() and traj.turn_answer[:, 1].all()
   assert (traj.observation_variant[:, 0] == peria_agent.TEXT_VARIANT).all()
   # The render is the sign; the observation after the call is the tool's text for it.
-  expected = [ocr.text_ocr(np.asarray(traj.images[0, 0]), None, backend=backend),
-              ocr.text_ocr(np.asarray(traj.images[1, 0]), [0, 0, 330, 1000], backend=backend)]
-  for b in range(2):
+  images = np.asarray(traj.images[:, 0])
+  expected = [ocr.text_ocr(images[0], None, backend=backend),
+              ocr.text_ocr(images[1], [0, 0, 330, 1000], backend=backend),
+              sam["concept_count"].text(images[2], text_prompt="chair"),
+              sam["text_segment"].text(images[3], question="chair")]
+  for b in range(4):
     start, end = traj.turn_end[0], traj.turn_start[1]
     message = tok.decode(traj.tokens[b, start:end][traj.attention_mask[b, start:end]])
     assert expected[b] in message, (message, expected[b])
-  print("text_ocr observations:", expected)
+  print("text_ocr observations:", expected[:2])
   assert "EXIT" in expected[0] and "24" in expected[0]
   assert "24" not in expected[1]  # the box holds the left word only
+  # The SAM 3 rows: exactly the registry tool's text for the model's argument, whole.
+  assert '"query":"chair"' in expected[2].replace(" ", "")
+  assert expected[3].startswith("Error executing text_segment: unexpected argument 'question'")
+  for b in (2, 3):
+    ids, mask = encode_text(tok, expected[b], width + 1)
+    assert not mask[-1], "the result is cut: widen the tools' max_tokens"
+    length = traj.observation_text_length[b, 0]
+    np.testing.assert_array_equal(traj.observation_text[b, 0, :length], ids[:mask.sum()])
   assert not traj.image_given[:, 1].any()  # a text result adds no image
   # One host call per turn for the batch; the model runs for the rows that called it.
   assert tool.stats()["tools/text_ocr/calls"] == 2 and reads == [None, [0.0, 0.0, 330.0, 1000.0]]

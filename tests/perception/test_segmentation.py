@@ -65,6 +65,11 @@ def _clip_tokenizer(folder):
 
 @pytest.fixture(scope="module")
 def sam3_folder(tmp_path_factory):
+  return make_sam3_folder(tmp_path_factory)
+
+
+def make_sam3_folder(tmp_path_factory):
+  """A tiny random SAM 3 saved as a Hugging Face folder (also used by the rollout tests)."""
   from transformers import Sam3Model
   torch.manual_seed(0)
   model = Sam3Model(_tiny_sam3_config()).eval()

@@ -2,6 +2,7 @@
 tokenised with a real byte-level BPE; answer bodies against the answer rule's reference
 checker (`turn_strings.legal_answer`), constrained samples included."""
 
+import collections
 import random
 import time
 import zlib
@@ -16,7 +17,7 @@ from flax import nnx
 from jaxspatial.models.qwen2_5_vl.model import Qwen25VL
 from jaxspatial.models.sampler import prefill
 from jaxspatial.rollout import automaton as am
-from jaxspatial.rollout import episode, grammars, host_parse, tiny
+from jaxspatial.rollout import episode, grammars, host_parse, parse, tiny
 from tests.rollout import turn_strings
 
 COUNT = 1500  # turns per grammar
@@ -44,10 +45,13 @@ def _expected(grammar, host):
     out.update(camera=float(host["camera"]), azimuth=np.float32(host["azimuth"]),
                elevation=np.float32(host["elevation"]), camera_view=float(host["ego"]))
   elif name == "peria":
-    out.update(tool=float(host["tool"]), image_index=float(host["image_index"]),
-               argument=float(host["argument"]))
+    out.update(tool=float(host["tool"]), image_index=float(host["image_index"]))
+    if host["argument"] is not None:  # none: a perception tool's image_index alone
+      out["argument"] = float(host["argument"])
     for k, (x, y) in enumerate(host["points"]):
       out[f"x{k}"], out[f"y{k}"] = float(x), float(y)
+    if host["text"] is not None:  # a text field's value is its length in bytes
+      out[grammars.PERIA_TEXT] = float(len(host["text"]))
   return out
 
 
@@ -104,6 +108,49 @@ def test_a_grammar_after_a_prefill_parses_what_follows_it_as_the_whole_turn(name
   assert 0.15 * len(texts) < accepted < 0.8 * len(texts), accepted
   with pytest.raises(ValueError, match="cannot begin with the prefix"):
     grammars.GRAMMARS[name]().after("<answer>").dfa
+
+
+PERIA_TEXT_TOOLS = ("text_ocr", "text_segment", "grounding_dino")
+
+
+def test_peria_text_arguments_parse_as_the_host_regex_reads_them(tokenizer):
+  """PERIA with perception tools (a small grammar: 2 points): the byte DFA and
+  the token automaton accept what the host regex accepts, over generated and mutated
+  turns; the fields agree, and the text field's bytes are the regex's capture (its first
+  TEXT_BYTES; the value is the whole length)."""
+  grammar = grammars.peria(max_points=2, text_tools=PERIA_TEXT_TOOLS)
+  automaton = am.compile_token_automaton(grammar, tokenizer)
+  rng = random.Random(4)
+  texts = []
+  for _ in range(500):
+    text = turn_strings.peria_turn(rng, text_tools=PERIA_TEXT_TOOLS)
+    for _ in range(rng.choice((0, 0, 0, 1, 2))):
+      text = turn_strings.mutate(text, rng)
+    texts.append(text)
+  result = turn_strings.parse_batch(
+      automaton, [tokenizer.encode(t, add_special_tokens=False) or [0] for t in texts])
+  fields = [f.name for f in grammar.fields]
+  row = grammar.text_index(grammars.PERIA_TEXT)
+  seen = collections.Counter()
+  for r, text in enumerate(texts):
+    host = host_parse.parse_peria(text.encode(), max_points=2, text_tools=PERIA_TEXT_TOOLS)
+    assert bool(result.valid[r]) == (host is not None), text
+    assert bool(grammar.dfa.accepting[grammar.dfa.walk(text.encode())]) == (host is not None)
+    expected = {} if host is None else _expected(grammar, host)
+    for index, field in enumerate(fields):
+      assert bool(result.present[r, index]) == (field in expected), (text, field)
+      if field in expected:
+        assert result.values[r, index] == expected[field], (text, field)
+    data = (host or {}).get("text") or b""
+    want = np.full(parse.TEXT_BYTES, -1, np.int32)
+    want[:min(len(data), parse.TEXT_BYTES)] = list(data[:parse.TEXT_BYTES])
+    np.testing.assert_array_equal(result.texts[r, row], want, err_msg=text)
+    if host is not None and "answer" not in host:
+      seen["text" if data else "argument" if host["argument"] is not None else "bare"] += 1
+      seen["cut"] += len(data) > parse.TEXT_BYTES
+  print("accepted PERIA calls:", dict(seen))
+  assert seen["text"] > 40 and seen["bare"] > 10 and seen["argument"] > 20 and seen["cut"] > 0
+  assert 0.15 * len(texts) < sum(result.valid) < 0.8 * len(texts)
 
 
 def test_token_bytes_concatenate_to_the_text(tokenizer):
@@ -177,6 +224,20 @@ def test_grammar_errors_name_the_problem():
     am.TextWithout(b"x", min_nonspace=-1)
   with pytest.raises(ValueError, match=r"TextWithout.space: expected byte values"):
     am.TextWithout(b"x", space=" ")
+  with pytest.raises(ValueError, match=r"Text 't'.min_nonspace: expected >= 1"):
+    am.Text("t", min_nonspace=0)
+  with pytest.raises(ValueError, match=r"TextWithout.patterns: expected non-empty bytes"):
+    am.Text("t", patterns=(b"",))
+  # Options share a continuation, or end in another option's: its field is one field.
+  value = am.seq(":", am.Number("n", 0, 9))
+  shared = am.Grammar("shared", am.seq(am.Enum("k", (b"a", b"b", b"c"), (
+      value, value, am.seq("!", value))), ";"), (b";",))
+  assert [f.name for f in shared.fields] == ["k", "n"]
+  for text, accepted in ((b"a:5;", True), (b"c!:7;", True), (b"c:7;", False), (b"b!:1;", False)):
+    assert bool(shared.dfa.accepting[shared.dfa.walk(text)]) == accepted, text
+  with pytest.raises(ValueError, match="appears twice"):
+    am.Grammar("bad", am.Enum("k", (b"a", b"b"), (am.Number("n", 0, 9), am.Number("n", 0, 5))),
+               (b"!",)).fields
 
 
 def test_text_without_is_the_text_free_of_its_patterns_with_enough_non_space():

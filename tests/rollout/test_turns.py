@@ -5,9 +5,9 @@ the on-device grammars in test_automaton.py. Fields the grammar cannot hold are 
 import pytest
 
 from jaxspatial.envs.act3d import PRIMITIVES
-from jaxspatial.rollout import AGENTS, host_parse
+from jaxspatial.rollout import AGENTS, host_parse, prompts
 from jaxspatial.rollout.agents import Act3DAgent, Think3DAgent
-from jaxspatial.rollout.grammars import PERIA_TOOLS, THINK3D_PRESET_VIEWS
+from jaxspatial.rollout.grammars import PERIA_ARGUMENTS, PERIA_TOOLS, THINK3D_PRESET_VIEWS
 from jaxspatial.rollout.peria_agent import PeriaAgent
 
 
@@ -62,6 +62,50 @@ def test_peria_calls_parse_back_to_their_fields(coordinates):
       agent.call_turn("x", **fields)
   with pytest.raises(ValueError, match="image_label"):
     agent.call_turn("x", "image_label", 0, [(1, 2)], label='say "hi"')
+
+
+class _PadOnly:  # TextTool reads only the pad id here: nothing is tokenised
+  pad_token_id = 0
+
+
+def test_peria_perception_calls_write_their_text_arguments():
+  """A perception tool's call: image_index alone, a box, or a text argument under the
+  tool's own key (its registry arguments) or the key asked for; the host regex reads the
+  same fields back. Text the grammar cannot hold as written is refused."""
+  from jaxspatial.perception import TOOLS, TextTool  # pylint: disable=import-outside-toplevel
+  names = ("text_ocr", "text_segment", "grounding_dino")
+  tools = [TextTool(n, str, _PadOnly(), 8, arguments=TOOLS[n].arguments,
+                    optional=TOOLS[n].optional) for n in names]
+  agent = PeriaAgent().with_perception(tools)
+  parse = lambda turn: host_parse.parse_peria(turn.encode(), text_tools=names)
+  # The system prompt names each tool's public arguments.
+  listed = prompts.peria_perception_text(agent.perception)
+  for clause in ("text_ocr takes image_index and an optional bounding_box",
+                 "text_segment takes image_index and text_prompt",
+                 "grounding_dino takes image_index and question"):
+    assert clause in listed, listed
+  text_prompt, question = PERIA_ARGUMENTS.index("text_prompt"), PERIA_ARGUMENTS.index("question")
+  cases = [(("text_segment", 1), dict(text="red chair ä"), text_prompt, b"red chair \xc3\xa4"),
+           (("grounding_dino", 0), dict(text="chair. table."), question, b"chair. table."),
+           (("text_segment", 0), dict(text="cup", text_key="question"), question, b"cup"),
+           (("text_ocr", 2), {}, None, None)]
+  for (tool, index), kwargs, argument, text in cases:
+    parsed = parse(agent.call_turn("look", tool, index, **kwargs))
+    assert parsed == {"tool": 6 + names.index(tool), "image_index": index, "points": [],
+                      "argument": argument, "label": None, "text": text}, (tool, kwargs)
+  boxed = parse(agent.call_turn("read", "text_ocr", 0, [(0, 0), (500, 500)]))
+  assert boxed["argument"] == 0 and boxed["points"] == [(0, 0), (500, 500)]
+  for text in ('say "hi"', "a\\b", "two\nlines", " ", ""):
+    with pytest.raises(ValueError, match="text argument with a non-space character"):
+      agent.call_turn("x", "text_segment", 0, text=text)
+  with pytest.raises(ValueError, match="takes no text argument"):
+    agent.call_turn("x", "text_ocr", 0, text="chair")
+  with pytest.raises(ValueError, match="text_key must be one of"):
+    agent.call_turn("x", "text_segment", 0, text="chair", text_key="prompt")
+  with pytest.raises(ValueError, match="a box or a text argument, not both"):
+    agent.call_turn("x", "text_segment", 0, [(0, 0), (9, 9)], text="chair")
+  with pytest.raises(ValueError, match="interaction tools take no text argument"):
+    agent.call_turn("x", "image_crop", 0, [(0, 0), (9, 9)], text="chair")
 
 
 @pytest.mark.parametrize("name", sorted(AGENTS))

@@ -122,12 +122,48 @@ def _peria_points(rng, tool, coordinates):
   return f'"{opener}{space()}' + (space() + "," + space()).join(values) + f'{space()}{closer}"'
 
 
-def peria_turn(rng, coordinates="list"):
+# Text arguments: legal ones (a non-space byte, no '"' or backslash; one past the device's
+# 256 kept bytes), blank ones, and ones with a quote, a backslash or a closing tag.
+TEXT_VALUES = ("chair", "red chair", "chair. table.", "ä→ x", " <3 ", "a,b}", "x" * 300) * 2 + (
+    "", " ", "\t\n", 'say "hi"', "a\\b", "a\\\"b", "</action>", "<|im_end|>")
+TEXT_KEYS = ("text_prompt", "question")
+
+
+def peria_text_call(rng, tool, coordinates="list"):
+  """A perception tool's arguments: image_index alone, with a box, or with a text
+  argument (now and then the other text key, a point key or both)."""
+  args = f'"image_index": {_number(rng, 0, 9, 0)}'
+  kind = rng.random()
+  if kind < 0.2:
+    return args
+  if kind < 0.4:
+    key = rng.choice(("bounding_box",) * 4 + ("points", "text_prompt"))
+    value = _peria_points(rng, "image_crop", coordinates)
+    return args + f', "{key}"{_ws(rng)}:{_ws(rng)}{value}'
+  value = f'"{rng.choice(TEXT_VALUES)}"' if rng.random() < 0.95 else "7"
+  key = rng.choice(TEXT_KEYS + ("text",) * (rng.random() < 0.05))
+  args += f', "{key}"{_ws(rng)}:{_ws(rng)}{value}'
+  if rng.random() < 0.05:  # a box after the text: the grammar holds one argument
+    args += ', "bounding_box": [1, 2, 3, 4]'
+  return args
+
+
+def peria_turn(rng, coordinates="list", text_tools=()):
   """The public tools' calls: "image_index", then the tool's own argument (now and then
   another tool's, which the grammar accepts and the environment rejects); `coordinates`
-  "boxed": the public declarations' strings ("\\\\boxed{...}", "(x,y)")."""
+  "boxed": the public declarations' strings ("\\\\boxed{...}", "(x,y)"). `text_tools`:
+  perception tools too (`peria_text_call`), and interaction tools now and then written
+  with a text argument or none."""
   if rng.random() < 0.25:
     return _think(rng) + _answer(rng)
+  if text_tools and rng.random() < 0.5:
+    tool = rng.choice(text_tools)
+    args = peria_text_call(rng, tool, coordinates)
+    return _think(rng) + _call(tool, args, rng, "<action>", "</action>")
+  if text_tools and rng.random() < 0.15:
+    tool = rng.choice(PERIA_TOOLS)
+    args = peria_text_call(rng, tool, coordinates)
+    return _think(rng) + _call(tool, args, rng, "<action>", "</action>")
   tool = rng.choice(PERIA_TOOLS + ("image_zoom",) * (rng.random() < 0.03))
   key = PERIA_KEYS.get(tool, "bounding_box")
   if rng.random() < 0.1:
