@@ -17,7 +17,8 @@ Cost on a 2-core CPU: about a minute. Rows:
               generation), requests per second with one request in flight against
               `--concurrency` in flight; then the same cases judged on device by a tiny
               random jaxspatial policy (`PolicyJudge`, greedy, 4 tokens, one jitted call
-              for the batch: prompt assembly, generation and the verdict)
+              for the batch: prompt assembly, the system prompt prefilled once for the
+              batch (`sampler.prefill_shared`), each case, generation and the verdict)
 """
 
 from __future__ import annotations

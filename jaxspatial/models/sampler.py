@@ -125,6 +125,19 @@ def prefill(model, input_ids_BxL: Array, attention_mask_BxL: Array, capacity: in
   return state, logits[:, -1]
 
 
+def prefill_shared(model, prefix_ids_P: Array, batch: int, capacity: int,
+                   cache_dtype=jnp.float32) -> DecodeState:
+  """A cache of `capacity` slots for `batch` rows that all start with the same text
+  `prefix_ids_P` (a system prompt): the prefix runs once and its keys and values are
+  copied to every row, so `append` then writes each row's own tokens after it."""
+  one, _ = prefill(model, prefix_ids_P[None], jnp.ones((1, prefix_ids_P.shape[0]), jnp.int32),
+                   capacity, cache_dtype)
+  rows = lambda x: jnp.broadcast_to(x, (batch,) + x.shape[1:])
+  return DecodeState(cache=jax.tree.map(rows, one.cache), valid=rows(one.valid),
+                     next_slot=one.next_slot, next_position=rows(one.next_position),
+                     last_hidden=rows(one.last_hidden), last_token=rows(one.last_token))
+
+
 def append(model, state: DecodeState, input_ids_BxT: Array, attention_mask_BxT: Array,
            pixel_values: Array | None = None, grids=(),
            sequence_grids_BxKx3: Array | None = None, vision=None):

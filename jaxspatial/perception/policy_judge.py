@@ -219,7 +219,9 @@ class PolicyJudge:
   def prompt_ids(self, question_BxLq: Array, answer_BxA: Array,
                  references_BxRxLa: Array) -> tuple[Array, Array, Array]:
     """(ids [B, L], mask [B, L], answerable [B]) of the judge's prompt for byte-id fields
-    (-1 padded; a reference row starting with -1 is unused)."""
+    (-1 padded; a reference row starting with -1 is unused). The first
+    `len(self.pieces(R)[0])` tokens are every row's (the system prompt): `verdicts` runs
+    them once."""
     batch, count = references_BxRxLa.shape[:2]
     if count < 1:
       raise ValueError(f"PolicyJudge.prompt_ids: references [B, R, La] need R >= 1, got "
@@ -265,11 +267,24 @@ class PolicyJudge:
                references_BxRxLa: Array, key: Array) -> Array:
     """bool [B] inside a traced program; `state` is `self.state()`."""
     model, token_bytes, token_lengths = state
-    ids, mask, answerable = self.prompt_ids(question_BxLq, answer_BxA, references_BxRxLa)
-    reply = sampler.generate(model, ids, mask.astype(jnp.int32), key, self.sampling)
+    reply, answerable = self._generate(model, question_BxLq, answer_BxA, references_BxRxLa,
+                                       key)
     text = reply_bytes(reply.tokens, reply.lengths, token_bytes, token_lengths,
                        self.sampling.stop_tokens)
     return reply_verdict(text) & answerable
+
+  def _generate(self, model, question_BxLq, answer_BxA, references_BxRxLa, key):
+    """(the sampler's Generation, answerable [B]); the shared system prompt is prefilled
+    once for the batch, then each row's case is appended after it."""
+    ids, mask, answerable = self.prompt_ids(question_BxLq, answer_BxA, references_BxRxLa)
+    shared = len(self.pieces(references_BxRxLa.shape[1])[0])
+    batch, length = ids.shape
+    state = sampler.prefill_shared(model, ids[0, :shared], batch,
+                                   length + self.sampling.max_new_tokens,
+                                   jnp.dtype(self.sampling.cache_dtype))
+    state, logits = sampler.append(model, state, ids[:, shared:],
+                                   mask[:, shared:].astype(jnp.int32))
+    return sampler.decode(model, state, logits[:, -1], key, self.sampling), answerable
 
   def replies(self, question_BxLq, answer_BxA, references_BxRxLa, key=None) -> list[str]:
     """The judge's replies as text (host; for inspection and tests)."""
@@ -298,8 +313,7 @@ def _compiled():
   verdicts = _jit(lambda judge, state, q, a, r, key: judge.verdicts(state, q, a, r, key))
 
   def generate(judge, state, q, a, r, key):
-    ids, mask, _ = judge.prompt_ids(q, a, r)
-    out = sampler.generate(state[0], ids, mask.astype(jnp.int32), key, judge.sampling)
+    out, _ = judge._generate(state[0], q, a, r, key)  # pylint: disable=protected-access
     return out.tokens, out.lengths
   return verdicts, _jit(generate)
 
