@@ -1,0 +1,118 @@
+"""The papers' evaluation protocols per benchmark: the categories a table reports by (its
+columns in the paper's order, and the raw categories each column takes), how overall is
+formed, and which metric scores each question. Read off the readers' BenchmarkQuestion
+records (`data_pipelines.readers`); the scoring itself is `jaxspatial.eval`.
+
+- MindCube / MindCube-Tiny (MindCube, 3DThinker, Think3D): accuracy by setting, the id's
+  prefix (Rotation, Around, Among), overall over all questions. MindCube-Tiny holds 1,050
+  questions: among 600, around 250, rotation 200.
+- VSI-Bench: the question type; multiple-choice types (relative distance, relative direction
+  easy / medium / hard, route planning, appearance order) score option accuracy, numeric
+  types (object counting, absolute distance, object size, room size) mean relative
+  accuracy; the three relative-direction types form one column (the mean of the three),
+  and overall is the mean of the eight columns (VSI-Bench's public scorer).
+- VSI-Bench-tiny (Think3D): the four multiple-choice columns route planning, relative
+  direction, appearance order, relative distance; overall the mean of the columns.
+- BLINK multi-view: one column (the sub-task), accuracy.
+- ScanQA (Act3D): one open category; scores are the judge's verdicts passed as numbers, or
+  normalised exact match.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from typing import Callable, Mapping, Sequence
+
+from data_pipelines.readers.common import BenchmarkQuestion
+
+VSI_MULTIPLE_CHOICE = ("object_rel_distance", "object_rel_direction_easy",
+                       "object_rel_direction_medium", "object_rel_direction_hard",
+                       "route_planning", "obj_appearance_order")
+VSI_NUMERIC = ("object_counting", "object_abs_distance", "object_size_estimation",
+               "room_size_estimation")
+
+
+@dataclasses.dataclass(frozen=True)
+class Protocol:
+  """columns: the table's category columns in the paper's order; groups: column -> its raw
+  categories (default the column alone); labels: column -> the paper's header; overall:
+  "micro" (all questions) or "macro" (the mean of the columns); metric: question -> a
+  `jaxspatial.eval.metrics.METRICS` name; letter_rule / number_rule / inclusive: how
+  `jaxspatial.eval.score` reads predictions."""
+
+  benchmark: str
+  columns: tuple[str, ...]
+  labels: Mapping[str, str]
+  groups: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+  overall: str = "micro"
+  metric: Callable[[BenchmarkQuestion], str] = lambda question: "accuracy"
+  letter_rule: str = "letter"
+  number_rule: str = "vsibench"
+  inclusive: bool = False
+  keep: Callable[[BenchmarkQuestion], bool] = lambda question: True
+
+  def category(self, question: BenchmarkQuestion) -> str:
+    """The raw category a question is counted under (the reader's `category`)."""
+    return question.category
+
+  def column(self, question: BenchmarkQuestion) -> str | None:
+    """The table column a question counts in, or None."""
+    raw = self.category(question)
+    for column in self.columns:
+      if raw in self.groups.get(column, (column,)):
+        return column
+    return None
+
+  def select(self, questions: Sequence[BenchmarkQuestion]) -> list[BenchmarkQuestion]:
+    """The questions this protocol evaluates (VSI-Bench-tiny: its four types)."""
+    return [q for q in questions if self.keep(q)]
+
+  def counts(self, questions: Sequence[BenchmarkQuestion]) -> dict[str, int]:
+    """{column: number of questions} over the selected questions, in column order."""
+    counted = collections.Counter(self.column(q) for q in self.select(questions))
+    return {c: counted[c] for c in self.columns if counted[c]}
+
+
+def _vsi_metric(question: BenchmarkQuestion) -> str:
+  if question.category in VSI_NUMERIC:
+    return "mra"
+  if question.category in VSI_MULTIPLE_CHOICE:
+    return "accuracy"
+  raise ValueError(f"VSI-Bench question {question.question_id!r}: question_type: expected one "
+                   f"of {VSI_MULTIPLE_CHOICE + VSI_NUMERIC}, got {question.category!r}")
+
+
+_MINDCUBE = dict(columns=("rotation", "around", "among"),
+                 labels={"rotation": "Rotation", "around": "Around", "among": "Among"})
+_DIRECTION = ("object_rel_direction_easy", "object_rel_direction_medium",
+              "object_rel_direction_hard")
+_VSI_LABELS = {"object_counting": "Obj. Count", "object_abs_distance": "Abs. Dist.",
+               "object_size_estimation": "Obj. Size", "room_size_estimation": "Room Size",
+               "object_rel_distance": "Rel. Dist.", "object_rel_direction": "Rel. Dir.",
+               "route_planning": "Route Plan", "obj_appearance_order": "Appr. Order"}
+_THINK3D_VSI = ("route_planning", "object_rel_direction", "obj_appearance_order",
+                "object_rel_distance")
+
+PROTOCOLS = {
+    "mindcube": Protocol("mindcube", **_MINDCUBE),
+    "mindcube_tiny": Protocol("mindcube_tiny", **_MINDCUBE),
+    "vsibench": Protocol("vsibench", columns=tuple(_VSI_LABELS), labels=_VSI_LABELS,
+                         groups={"object_rel_direction": _DIRECTION}, overall="macro",
+                         metric=_vsi_metric, letter_rule="vsibench"),
+    "vsibench_tiny": Protocol("vsibench_tiny", columns=_THINK3D_VSI,
+                              labels={c: _VSI_LABELS[c] for c in _THINK3D_VSI},
+                              groups={"object_rel_direction": _DIRECTION}, overall="macro",
+                              metric=_vsi_metric,
+                              keep=lambda q: q.category in VSI_MULTIPLE_CHOICE),
+    "blink_mv": Protocol("blink_mv", columns=("Multi-view_Reasoning",),
+                         labels={"Multi-view_Reasoning": "Multi-view"}),
+    "scanqa": Protocol("scanqa", columns=("open",), labels={"open": "ScanQA"},
+                       metric=lambda question: "exact_match"),
+}
+
+
+def protocol(name: str) -> Protocol:
+  if name not in PROTOCOLS:
+    raise ValueError(f"benchmark: expected one of {sorted(PROTOCOLS)}, got {name!r}")
+  return PROTOCOLS[name]
