@@ -1,0 +1,144 @@
+"""Generation for the server: a batch of prompts as one left-padded batch through
+`models.sampler.generate` under jit, shapes padded to buckets so the number of compiled
+programs stays small, and each row's tokens turned into its reply (stop tokens, stop
+strings cut on the host, the length limit, token counts).
+
+Buckets: the batch to the next of `batch_buckets` (padding rows repeat the first row),
+the prompt length and the new-token budget to powers of two (at least `min_length` and
+`min_new_tokens`). One program per (batch, length, budget, sampling setting, image grids).
+Images are preprocessed per image (`model.vision_inputs`, jitted per image size) and their
+pixel values concatenated in order over the batch, as the sampler takes them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from jaxspatial.models.sampler import SamplingConfig, generate
+from jaxspatial.serving.prompt import Prompt
+
+
+def next_power(value: int, least: int) -> int:
+  size = max(int(least), 1)
+  while size < value:
+    size *= 2
+  return size
+
+
+@dataclasses.dataclass(frozen=True)
+class Sampling:
+  """The settings a batch shares (rows of one batch sample alike)."""
+  temperature: float = 0.0   # 0: greedy
+  top_p: float = 1.0
+  top_k: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Reply:
+  text: str
+  finish_reason: str         # "stop" or "length"
+  completion_tokens: int
+  prompt_tokens: int
+
+
+@nnx.jit(static_argnames=("config", "grids"))
+def _generate(model, ids, mask, key, pixels, sequence_grids, config, grids):
+  return generate(model, ids, mask, key, config, pixels, grids, sequence_grids)
+
+
+class Engine:
+  """Runs batches of prompts for one policy. `stop_ids`: tokens that end a reply (the
+  chat format's); `cache_dtype`: the KV cache's."""
+
+  def __init__(self, model, tokenizer, stop_ids, batch_buckets=(1, 2, 4, 8), min_length=64,
+               min_new_tokens=16, cache_dtype: str = "float32"):
+    if not batch_buckets or any(b < 1 for b in batch_buckets):
+      raise ValueError(f"Engine.batch_buckets: expected sizes >= 1, got {batch_buckets!r}")
+    self.model, self.tokenizer = model, tokenizer
+    self.stop_ids = tuple(int(t) for t in stop_ids)
+    self.batch_buckets = tuple(sorted(set(int(b) for b in batch_buckets)))
+    self.min_length, self.min_new_tokens = int(min_length), int(min_new_tokens)
+    self.cache_dtype = cache_dtype
+    self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    self.vocab = len(tokenizer)
+    self.programs: set = set()
+    self._lock = threading.Lock()
+    self._pixels = jax.jit(lambda image: model.vision_inputs(image[None, None])[0])
+
+  @property
+  def max_batch(self) -> int:
+    return self.batch_buckets[-1]
+
+  def shapes(self, prompts, max_new_tokens: int) -> tuple[int, int, int]:
+    batch = next(b for b in self.batch_buckets if b >= len(prompts))
+    length = next_power(max(len(p.ids) for p in prompts), self.min_length)
+    return batch, length, next_power(max_new_tokens, self.min_new_tokens)
+
+  def generate(self, prompts: list[Prompt], max_new_tokens: int, sampling: Sampling,
+               key) -> tuple[np.ndarray, int]:
+    """(tokens [len(prompts), budget] int32, the batch size it ran at)."""
+    if not 1 <= len(prompts) <= self.max_batch:
+      raise ValueError(f"Engine.generate: {len(prompts)} prompts; expected 1 to "
+                       f"{self.max_batch}")
+    batch, length, budget = self.shapes(prompts, max_new_tokens)
+    rows = list(prompts) + [prompts[0]] * (batch - len(prompts))
+    ids = np.full((batch, length), self.pad_id, np.int32)
+    mask = np.zeros((batch, length), bool)
+    for r, prompt in enumerate(rows):
+      ids[r, length - len(prompt.ids):] = prompt.ids
+      mask[r, length - len(prompt.ids):] = True
+    pixels = sequence_grids = None
+    grids = ()
+    views = max(len(p.images) for p in rows)
+    if views:
+      grids = tuple(self.model.image_grid(image.shape[:2]) for p in rows for image in p.images)
+      pixels = jnp.concatenate([self._pixels(jnp.asarray(image)) for p in rows
+                                for image in p.images])
+      fill = grids[0]
+      per_row = []
+      for p in rows:
+        own = [self.model.image_grid(image.shape[:2]) for image in p.images] or [fill]
+        per_row.append(own + [own[-1]] * (views - len(own)))  # padded by repeating
+      sequence_grids = jnp.asarray(per_row, jnp.int32)
+    config = SamplingConfig(max_new_tokens=budget, temperature=sampling.temperature,
+                            top_k=sampling.top_k, top_p=sampling.top_p,
+                            stop_tokens=self.stop_ids, pad_token=self.pad_id,
+                            cache_dtype=self.cache_dtype)
+    with self._lock:
+      self.programs.add((batch, length, budget, sampling, grids))
+    out = _generate(self.model, jnp.asarray(ids), jnp.asarray(mask), key, pixels,
+                    sequence_grids, config, grids)
+    return np.asarray(out.tokens)[:len(prompts)], batch
+
+  def reply(self, tokens: np.ndarray, prompt_tokens: int, max_tokens: int,
+            stop: tuple[str, ...] = ()) -> Reply:
+    """A row's reply: its first `max_tokens` tokens up to a stop token (not in the text)
+    or the first stop string (cut there; the tokens counted up to the one completing
+    it). finish_reason "stop" at either, else "length"."""
+    tokens = [int(t) for t in tokens[:max_tokens]]
+    end = next((k for k, t in enumerate(tokens) if t in self.stop_ids), None)
+    if end is not None:
+      used, finish, content = end + 1, "stop", tokens[:end]
+    else:
+      used, finish, content = len(tokens), "length", tokens
+    text = self.decode(content)
+    if stop:
+      found = [(text.find(s), s) for s in stop if s in text]
+      if found:
+        cut, _ = min(found)
+        text, finish = text[:cut], "stop"
+        used = next(k for k in range(1, len(content) + 1)
+                    if any(s in self.decode(content[:k]) for s in stop))
+    return Reply(text, finish, used, prompt_tokens)
+
+  def decode(self, tokens) -> str:
+    """Text of tokens: ids past the tokenizer's (a padded vocabulary) have none; special
+    tokens are skipped, as OpenAI-compatible servers do."""
+    return self.tokenizer.decode([t for t in tokens if t < self.vocab],
+                                 skip_special_tokens=True)

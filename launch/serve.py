@@ -1,0 +1,77 @@
+r"""Serves a jaxspatial policy as an OpenAI-compatible chat-completions API until SIGTERM
+or SIGINT.
+
+    python -m launch.serve --checkpoint /ckpt/Qwen2.5-VL-3B --host 127.0.0.1 --port 8000
+
+`--checkpoint`: a Hugging Face folder `models.load_policy` reads (Qwen2.5-VL, Qwen3-VL:
+config.json, safetensors, tokenizer with its chat template, generation_config.json's stop
+ids). Serves POST /v1/chat/completions (text and data-URL images, stop sequences,
+temperature / top-p, usage counts; concurrent requests batched) and GET /v1/models,
+/health, /stats; the model's name is the folder's (`--name`). Prints the base URL once
+listening (with --port 0, the port it picked): give it to an OpenAI client as base_url,
+or to a run's `judge.url` so this model is its judge. `--api-key-env` names an environment
+variable holding a key the clients must send (none by default).
+"""
+
+from __future__ import annotations
+
+# Before anything starts the XLA backend.
+from jaxspatial import xla_workarounds
+
+xla_workarounds.apply()
+# pylint: disable=wrong-import-position
+
+import os
+import signal
+import threading
+
+from absl import app, flags
+
+from jaxspatial.serving import load_server
+
+_CHECKPOINT = flags.DEFINE_string("checkpoint", None, "the policy's Hugging Face folder",
+                                  required=True)
+_HOST = flags.DEFINE_string("host", "127.0.0.1", "the address to listen on")
+_PORT = flags.DEFINE_integer("port", 8000, "the port (0: a free one)")
+_NAME = flags.DEFINE_string("name", None, "the served model's name (default: the folder's)")
+_MAX_BATCH = flags.DEFINE_integer("max_batch", 8, "requests run as one batch, at most")
+_WINDOW = flags.DEFINE_float("window_ms", 10.0, "how long a request waits for others to "
+                             "batch with")
+_MAX_TOKENS = flags.DEFINE_integer("default_max_tokens", 512, "new tokens when a request "
+                                   "gives no max_tokens")
+_DTYPE = flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "parameters and "
+                           "computation (bfloat16 also for the KV cache)")
+_CHAT = flags.DEFINE_enum("chat_format", "auto", ["auto", "instruct", "thinking"],
+                          "how a reply opens when the folder has no chat template")
+_KEY_ENV = flags.DEFINE_string("api_key_env", None, "an environment variable holding the "
+                               "key clients must send as 'Authorization: Bearer KEY'")
+
+
+def main(argv) -> None:
+  del argv
+  key = None
+  if _KEY_ENV.value:
+    key = os.environ.get(_KEY_ENV.value)
+    if not key:
+      raise app.UsageError(f"--api_key_env: ${_KEY_ENV.value} is not set")
+  try:
+    server = load_server(_CHECKPOINT.value, _HOST.value, _PORT.value, _NAME.value,
+                         max_batch=_MAX_BATCH.value, window_s=_WINDOW.value / 1000,
+                         chat_format=_CHAT.value, dtype=_DTYPE.value,
+                         cache_dtype=_DTYPE.value, default_max_tokens=_MAX_TOKENS.value,
+                         api_key=key)
+  except (FileNotFoundError, ValueError) as error:  # a missing or malformed folder: usage
+    raise app.UsageError(str(error)) from None
+  stop = threading.Event()
+  for number in (signal.SIGTERM, signal.SIGINT):
+    signal.signal(number, lambda *_: stop.set())
+  with server:
+    print(f"serving {server.model_name} at {server.url} (POST /chat/completions, "
+          "GET /models)", flush=True)
+    while not stop.wait(0.5):
+      pass
+  print("server stopped", flush=True)
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,265 @@
+"""The chat-completions server against the `openai` client over real HTTP on 127.0.0.1,
+serving a tiny Qwen2.5-VL policy folder (the instruct chat template, generation_config's
+stop ids): greedy replies equal `sampler.generate`'s tokens for the template's prompt (an
+image's pixels from transformers' image processor), concurrent requests run as batches
+and each equals its solo reply, stop sequences, sampling, usage counts, malformed
+requests (a 4xx with a message, then the server goes on), and perception.judge's
+ChatEndpoint / LLMJudge using the server as a judge."""
+
+import base64
+import concurrent.futures
+import io
+import json
+import signal
+import urllib.error
+import urllib.request
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import openai
+import pytest
+from flax import nnx
+from PIL import Image
+
+from jaxspatial import models
+from jaxspatial.models.qwen2_5_vl.tokenizer import save_processor
+from jaxspatial.models.sampler import SamplingConfig, generate
+from jaxspatial.perception.judge import ChatEndpoint, LLMJudge
+from jaxspatial.rollout import tiny
+from jaxspatial.serving import load_server
+from tests import chat_templates
+
+NAME = "tiny-policy"
+MAX_TOKENS = 12
+
+
+@pytest.fixture(autouse=True)
+def _bounded():
+  """Every test ends within 60 s (first compiles included): a hang fails instead."""
+  def expire(*_):
+    raise TimeoutError("test ran past its 60 s bound")
+  previous = signal.signal(signal.SIGALRM, expire)
+  signal.alarm(60)
+  yield
+  signal.alarm(0)
+  signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+  """(server, client, tokenizer, model, stop ids, folder) for a tiny policy folder."""
+  folder = tmp_path_factory.mktemp("serving") / NAME
+  tok = tiny.tokenizer()
+  model = tiny.model(tok, "qwen2_5_vl", seed=3)
+  models.export(model, folder)
+  tok.chat_template = chat_templates.INSTRUCT
+  save_processor(folder, tok, model)
+  stops = chat_templates.write_generation_config(folder, tok)
+  # Batches pad to 1 or 8 rows (two programs per shape). No batching window here: the
+  # concurrency test opens one.
+  server = load_server(folder, window_s=0.0, batch_buckets=(1, 8)).start()
+  client = openai.OpenAI(base_url=server.url, api_key="unused", max_retries=0, timeout=60)
+  yield server, client, tok, model, stops, folder
+  client.close()
+  server.stop()
+
+
+@nnx.jit(static_argnames=("config", "grids"))
+def _reference(model, ids, key, config, pixels=None, grids=(), sequence_grids=None):
+  return generate(model, ids, jnp.ones_like(ids, bool), key, config, pixels, grids,
+                  sequence_grids)
+
+
+def _expected(tok, stops, tokens):
+  """(text, finish_reason, completion tokens) of greedy tokens, written from the spec:
+  up to the first stop id, ids past the tokenizer's dropped, special tokens skipped."""
+  tokens = [int(t) for t in tokens[:MAX_TOKENS]]
+  end = next((k for k, t in enumerate(tokens) if t in stops), None)
+  body = tokens if end is None else tokens[:end]
+  text = tok.decode([t for t in body if t < len(tok)], skip_special_tokens=True)
+  return text, ("length" if end is None else "stop"), (len(tokens) if end is None else end + 1)
+
+
+def _ask(client, messages, **options):
+  options = {"temperature": 0, "max_tokens": MAX_TOKENS, **options}
+  return client.chat.completions.create(model=NAME, messages=messages, **options)
+
+
+def _user(text):
+  return [{"role": "system", "content": "You answer questions about a room."},
+          {"role": "user", "content": text}]
+
+
+def _png_url(image, fmt="PNG"):
+  buffer = io.BytesIO()
+  Image.fromarray(image).save(buffer, format=fmt)
+  kind = "png" if fmt == "PNG" else "jpeg"
+  return f"data:image/{kind};base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+def test_models_health_and_a_greedy_reply_equal_to_the_samplers(served):
+  server, client, tok, model, stops, _ = served
+  assert [m.id for m in client.models.list().data] == [NAME]
+  with urllib.request.urlopen(server.url.replace("/v1", "/health"), timeout=10) as response:
+    assert json.load(response) == {"status": "ok", "model": NAME}
+
+  messages = _user("Which object is closer to the door?")
+  reply = _ask(client, messages)
+  ids = tok.encode(tok.apply_chat_template(messages, tokenize=False,
+                                           add_generation_prompt=True),
+                   add_special_tokens=False)
+  out = _reference(model, jnp.asarray([ids], jnp.int32), jax.random.PRNGKey(0),
+                   SamplingConfig(max_new_tokens=MAX_TOKENS, stop_tokens=tuple(stops)))
+  text, finish, used = _expected(tok, stops, np.asarray(out.tokens)[0])
+  choice = reply.choices[0]
+  assert choice.message.role == "assistant" and choice.message.content == text
+  assert choice.finish_reason == finish
+  assert (reply.usage.prompt_tokens, reply.usage.completion_tokens) == (len(ids), used)
+  assert reply.usage.total_tokens == len(ids) + used and reply.model == NAME
+
+
+def test_an_image_message_is_the_processors_pixels_in_the_prompt(served):
+  _, client, tok, model, stops, folder = served
+  rng = np.random.default_rng(0)
+  image = rng.integers(0, 256, (60, 80, 3), dtype=np.uint8)
+  reply = _ask(client, [{"role": "user", "content": [
+      {"type": "image_url", "image_url": {"url": _png_url(image)}},
+      {"type": "text", "text": "What is on the table?"}]}])
+  # The reference: transformers' image processor saved in the folder, the template's
+  # text with Qwen's image placeholder expanded to the grid's tokens.
+  import transformers  # pylint: disable=import-outside-toplevel
+  processor = transformers.AutoImageProcessor.from_pretrained(folder)
+  inputs = processor(images=[Image.fromarray(image)], return_tensors="np")
+  grid = tuple(int(g) for g in inputs["image_grid_thw"][0])
+  count = grid[0] * grid[1] * grid[2] // 4
+  text = tok.apply_chat_template(
+      [{"role": "user", "content": "<|vision_start|><|image_pad|><|vision_end|>What is on "
+                                   "the table?"}], tokenize=False, add_generation_prompt=True)
+  text = text.replace("<|image_pad|>", "<|image_pad|>" * count)
+  ids = tok.encode(text, add_special_tokens=False)
+  out = _reference(model, jnp.asarray([ids], jnp.int32), jax.random.PRNGKey(0),
+                   SamplingConfig(max_new_tokens=MAX_TOKENS, stop_tokens=tuple(stops)),
+                   jnp.asarray(inputs["pixel_values"]), (grid,),
+                   jnp.asarray([[grid]], jnp.int32))
+  expected, finish, used = _expected(tok, stops, np.asarray(out.tokens)[0])
+  assert reply.choices[0].message.content == expected
+  assert reply.choices[0].finish_reason == finish
+  assert (reply.usage.prompt_tokens, reply.usage.completion_tokens) == (len(ids), used)
+  # The same picture as a JPEG is accepted too (its pixels differ: only the count).
+  jpeg = _ask(client, [{"role": "user", "content": [
+      {"type": "image_url", "image_url": {"url": _png_url(image, "JPEG")}},
+      {"type": "text", "text": "What is on the table?"}]}])
+  assert jpeg.usage.prompt_tokens == len(ids)
+
+
+def test_concurrent_requests_run_as_batches_and_equal_their_solo_replies(served):
+  server, client, *_ = served
+  questions = [f"Where is the {thing}?" for thing in
+               ("chair", "red chair", "sofa", "table", "lamp", "door", "window", "bed")]
+  solo = [_ask(client, _user(q)).choices[0].message.content for q in questions]
+  before = server.stats()
+  server.batcher.window_s = 0.5  # the 8 requests arrive within it: one batch
+  try:
+    with concurrent.futures.ThreadPoolExecutor(len(questions)) as pool:
+      replies = list(pool.map(lambda q: _ask(client, _user(q)), questions))
+  finally:
+    server.batcher.window_s = 0.0
+  after = server.stats()
+  assert after["requests"] - before["requests"] == len(questions)
+  assert after["batches"] - before["batches"] < len(questions)
+  assert [r.choices[0].message.content for r in replies] == solo
+
+
+def test_a_stop_sequence_cuts_the_reply(served):
+  _, client, *_ = served
+  messages = _user("Is the lamp left of the bed?")
+  full = _ask(client, messages).choices[0].message.content
+  assert len(full) >= 6, full
+  stop = full[3:6]
+  cut = _ask(client, messages, stop=[stop, "never in the reply \u2603"])
+  assert cut.choices[0].message.content == full[:full.find(stop)]
+  assert cut.choices[0].finish_reason == "stop"
+  assert cut.usage.completion_tokens <= MAX_TOKENS
+  # Sampling: temperature and top-p with a seed give the same reply twice.
+  sampled = [_ask(client, messages, temperature=1.0, top_p=0.9, seed=5).choices[0]
+             for _ in range(2)]
+  assert sampled[0].message.content == sampled[1].message.content
+  assert sampled[0].finish_reason in ("stop", "length")
+
+
+def _post(url, body: bytes, headers=None):
+  request = urllib.request.Request(url, data=body, method="POST",
+                                   headers={"Content-Type": "application/json",
+                                            **(headers or {})})
+  try:
+    with urllib.request.urlopen(request, timeout=30) as response:
+      return response.status, json.load(response)
+  except urllib.error.HTTPError as error:
+    return error.code, json.load(error)
+
+
+def test_malformed_requests_get_a_4xx_with_a_message_and_the_server_goes_on(served):
+  server, client, *_ = served
+  url = server.url + "/chat/completions"
+  good = {"model": NAME, "messages": _user("Where is the chair?"), "max_tokens": 4,
+          "temperature": 0}
+  cases = [
+      (b"{not json", 400, "not valid JSON"),
+      (b'{"model": "a", "model": "b"}', 400, "duplicate key"),
+      (json.dumps([1, 2]).encode(), 400, "JSON object"),
+      (json.dumps({**good, "messages": []}).encode(), 400, "messages"),
+      (json.dumps({**good, "messages": [{"role": "robot", "content": "hi"}]}).encode(), 400,
+       "role"),
+      (json.dumps({**good, "temperature": 5}).encode(), 400, "temperature"),
+      (json.dumps({**good, "n": 2}).encode(), 400, "n=1"),
+      (json.dumps({**good, "stream": True}).encode(), 400, "streaming"),
+      (json.dumps({**good, "max_tokens": 0}).encode(), 400, "max_tokens"),
+      (json.dumps({**good, "max_tokens": 10 ** 9}).encode(), 400, "context"),
+      (json.dumps({**good, "model": "gpt-4"}).encode(), 404, "does not exist"),
+      (json.dumps({**good, "messages": [{"role": "user", "content": [
+          {"type": "image_url", "image_url": {"url": "http://example.com/a.png"}}]}]}).encode(),
+       400, "does not fetch"),
+      (json.dumps({**good, "messages": [{"role": "user", "content": [
+          {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}]}
+                  ).encode(), 400, "cannot be decoded"),
+      (json.dumps({**good, "messages": [{"role": "user", "content": "<|image_pad|>"}]}
+                  ).encode(), 400, "vision token"),
+  ]
+  for body, status, words in cases:
+    code, payload = _post(url, body)
+    assert code == status, (body[:80], payload)
+    error = payload["error"]
+    assert words in error["message"] and error["type"], (body[:80], error)
+  code, payload = _post(server.url + "/completions", json.dumps(good).encode())
+  assert code == 404 and "no such path" in payload["error"]["message"]
+  # A claimed body over the limit: 413 before reading it.
+  code, payload = _post(url, b"{}", {"Content-Length": str(10 ** 12)})
+  assert code == 413 and "limit" in payload["error"]["message"]
+  # The openai client raises its typed errors with the server's message.
+  with pytest.raises(openai.BadRequestError, match="only one choice"):
+    _ask(client, _user("hi"), n=2)
+  with pytest.raises(openai.NotFoundError, match="does not exist"):
+    client.chat.completions.create(model="other", messages=_user("hi"))
+  # ... and the server still answers.
+  assert _post(url, json.dumps(good).encode())[0] == 200
+  assert _ask(client, _user("Where is the chair?")).choices[0].finish_reason in ("stop",
+                                                                                  "length")
+  assert server.stats()["errors"] >= len(cases)
+
+
+def test_the_served_policy_is_a_judge_for_perception_judge(served):
+  server, client, *_ = served
+  endpoint = ChatEndpoint(server.url, NAME, api_key_env=None, timeout_s=30, retries=0,
+                          concurrency=4)
+  judge = LLMJudge(endpoint, "act3d", max_tokens=4)
+  verdicts = judge.judge_texts(["What is left of the bed?"] * 3, ["a lamp", "the sofa", ""],
+                               [["lamp"], ["chair", "red chair"], ["lamp"]])
+  assert len(verdicts) == 3 and all(isinstance(v, bool) for v in verdicts)
+  assert verdicts[2] is False  # an empty prediction: no request
+  stats = judge.stats()
+  assert stats["requests"] == 2 and stats["endpoint"]["usage"]["completion_tokens"] > 0
+  # The endpoint's text is the server's reply, as the openai client reads it.
+  messages = _user("Is the chair red?")
+  assert endpoint.complete(messages, max_tokens=4) == _ask(
+      client, messages, max_tokens=4).choices[0].message.content
