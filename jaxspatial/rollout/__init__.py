@@ -2,6 +2,7 @@
 
 from jaxspatial.rollout import grammars, host_parse
 from jaxspatial.rollout.agents import Act3DAgent, PeriaAgent, Think3DAgent
+from jaxspatial.rollout.api_agent import api_rollout
 from jaxspatial.rollout.automaton import (Grammar, TokenAutomaton, allowed_tokens,
                                           compile_token_automaton, token_bytes)
 from jaxspatial.rollout.episode import (RolloutConfig, check_replay, check_turn_budget,
@@ -17,7 +18,7 @@ from jaxspatial.rollout.viewer import trajectory_html
 
 __all__ = ["AGENTS", "Act3DAgent", "AgentRollout", "Grammar", "ObservationTemplate", "ParsedTurn", "PeriaAgent",
            "RolloutConfig", "Think3DAgent", "TokenAutomaton", "Trajectory", "allowed_tokens",
-           "chat_prompt", "check_replay", "check_turn_budget", "compile_rollout",
+           "api_rollout", "chat_prompt", "check_replay", "check_turn_budget", "compile_rollout",
            "compile_template", "compile_token_automaton", "forced_tokens", "grammars",
            "host_parse", "host_rollout", "image_tokens", "left_padded", "left_padded_views", "make_agent",
            "parse_turn", "rollout", "token_bytes", "trajectory_html", "walk_states"]

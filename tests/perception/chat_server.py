@@ -9,7 +9,9 @@ and answers "CORRECT" when the prediction equals a reference after normalisation
 cannot read gets "UNREADABLE PROMPT". Failure modes, settable between requests:
 `delay_s` (sleep before replying), `statuses` (a queue: each request pops one and gets that
 HTTP status, 429 with Retry-After: 0), `malformed` (200 with broken JSON), `reply_body`
-(200 with these exact bytes), `die` (close the socket without replying). Every request is
+(200 with these exact bytes), `die` (close the socket without replying), `reply_fn` (a
+function of the request body returning the reply text, instead of the judge rule: scripted
+agents). Every request is
 recorded (`requests`: body, headers, parsed case, start and end times).
 """
 
@@ -69,6 +71,7 @@ class ChatServer:
     self.malformed = False
     self.reply_body: bytes | None = None
     self.die = False
+    self.reply_fn = None
     self.requests: list[dict] = []
     self._lock = threading.Lock()
     owner = self
@@ -160,7 +163,9 @@ class ChatServer:
             if isinstance(m, dict) and m.get("role") == "user"]
     case = read_case(user[-1]) if user and isinstance(user[-1], str) else None
     record["case"] = case
-    if case is None:
+    if self.reply_fn is not None:
+      reply = self.reply_fn(body)
+    elif case is None:
       reply = "UNREADABLE PROMPT"
     else:
       prediction = normalise(case["prediction"])
