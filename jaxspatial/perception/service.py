@@ -54,6 +54,7 @@ from typing import Any, Callable
 import numpy as np
 
 from jaxspatial.perception import tools as perception_tools
+from jaxspatial import strict_json
 from jaxspatial.perception.host_tool import ToolError  # one error for local and remote tools
 
 DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
@@ -165,35 +166,15 @@ def decode_value(obj: Any, where: str = "value", depth: int = 0) -> Any:
   return obj
 
 
-def _no_constant(name: str):
-  raise WireError(f"{name} is not JSON")
-
-
-def _unique_keys(pairs):
-  out = {}
-  for k, v in pairs:
-    if k in out:
-      raise WireError(f"duplicate key {k!r}")
-    out[k] = v
-  return out
-
-
 def parse_json(body: bytes, where: str) -> Any:
   """Strict JSON: UTF-8, no NaN / Infinity, no duplicate keys, bounded size (nesting is
   bounded by json's recursion guard here and `MAX_DEPTH` when decoding values)."""
   if len(body) > MAX_BODY_BYTES:
     raise WireError(f"{where}: body of {len(body)} bytes is over the {MAX_BODY_BYTES} limit")
   try:
-    text = body.decode("utf-8")
-  except UnicodeDecodeError as error:
-    raise WireError(f"{where}: body is not UTF-8 ({error})") from None
-  try:
-    return json.loads(text, parse_constant=_no_constant, object_pairs_hook=_unique_keys)
-  except WireError as error:
+    return strict_json.loads_body(body)
+  except ValueError as error:
     raise WireError(f"{where}: {error}") from None
-  except (ValueError, RecursionError) as error:
-    raise WireError(f"{where}: malformed JSON ({str(error)[:200]}); body starts "
-                    f"{text[:80]!r}") from None
 
 
 def _dumps(obj: Any) -> bytes:

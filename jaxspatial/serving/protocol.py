@@ -16,9 +16,10 @@ metadata, store, ...) are ignored, as OpenAI-compatible servers do.
 from __future__ import annotations
 
 import dataclasses
-import json
 import numbers
 from typing import Any
+
+from jaxspatial import strict_json
 
 MAX_STOPS = 4
 MAX_STOP_CHARS = 256
@@ -86,30 +87,12 @@ class ChatRequest:
     return self.temperature < GREEDY_BELOW
 
 
-def _no_constant(name: str):
-  raise ValueError(f"{name} is not JSON")
-
-
-def _unique(pairs):
-  out = {}
-  for key, value in pairs:
-    if key in out:
-      raise ValueError(f"duplicate key {key!r}")
-    out[key] = value
-  return out
-
-
 def parse_json(body: bytes) -> Any:
   """Strict JSON of a request body, or a 400."""
   try:
-    text = body.decode("utf-8")
-  except UnicodeDecodeError as error:
-    raise invalid(f"the request body is not UTF-8 ({error})") from None
-  try:
-    return json.loads(text, parse_constant=_no_constant, object_pairs_hook=_unique)
-  except (ValueError, RecursionError) as error:
-    raise invalid(f"the request body is not valid JSON ({str(error)[:200]}); it starts "
-                  f"{text[:80]!r}") from None
+    return strict_json.loads_body(body, "request body")
+  except ValueError as error:
+    raise invalid(str(error)) from None
 
 
 def _number(obj: dict, name: str, default, low: float, high: float, low_open=False):

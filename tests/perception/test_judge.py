@@ -2,7 +2,6 @@
 chat_server.py): verdicts, request fields, retries, errors, the budget, concurrency, the
 key header, and the rollout's byte-id hook under jit."""
 
-import signal
 import time
 
 import numpy as np
@@ -12,6 +11,7 @@ from jaxspatial.perception.judge import (PROMPTS, ChatEndpoint, JudgeError, LLMJ
                                          act3d_eval_judge, act3d_training_judge,
                                          peria_fallback_judge, verdict)
 from tests.perception.chat_server import ChatServer
+from tests.deadline import deadline
 
 KEY_ENV = "JAXSPATIAL_TEST_JUDGE_KEY"
 
@@ -19,13 +19,8 @@ KEY_ENV = "JAXSPATIAL_TEST_JUDGE_KEY"
 @pytest.fixture(autouse=True)
 def _bounded():
   """Every test ends within 20 s: a hang fails instead of stalling the suite."""
-  def expire(*_):
-    raise TimeoutError("test ran past its 20 s bound")
-  previous = signal.signal(signal.SIGALRM, expire)
-  signal.alarm(20)
-  yield
-  signal.alarm(0)
-  signal.signal(signal.SIGALRM, previous)
+  with deadline(20):
+    yield
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ from jaxspatial.perception import service
 from jaxspatial.perception.service import (RemoteTool, ToolError, ToolServer, WireError,
                                            decode_request, decode_result, encode_request,
                                            encode_result, wait_healthy)
+from tests.deadline import deadline
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -27,13 +28,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 @pytest.fixture(autouse=True)
 def _bounded():
   """Every test ends within 20 s: a hang fails instead of stalling the suite."""
-  def expire(*_):
-    raise TimeoutError("test ran past its 20 s bound")
-  previous = signal.signal(signal.SIGALRM, expire)
-  signal.alarm(20)
-  yield
-  signal.alarm(0)
-  signal.signal(signal.SIGALRM, previous)
+  with deadline(20):
+    yield
 
 
 def _free_port() -> int:

@@ -62,7 +62,7 @@ def test_malformed_fields_are_400s_naming_them(fields, words):
 
 def test_strict_json():
   for body, words in [(b'{"a": 1, "a": 2}', "duplicate"), (b'{"a": NaN}', "NaN"),
-                      (b"\xff", "UTF-8"), (b"[1,", "not valid JSON")]:
+                      (b"\xff", "UTF-8"), (b"[1,", "malformed JSON")]:
     with pytest.raises(APIError, match=words):
       parse_json(body)
   assert parse_json(b'{"a": [1]}') == {"a": [1]}

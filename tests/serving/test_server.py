@@ -10,7 +10,6 @@ import base64
 import concurrent.futures
 import io
 import json
-import signal
 import urllib.error
 import urllib.request
 
@@ -29,6 +28,7 @@ from jaxspatial.perception.judge import ChatEndpoint, LLMJudge
 from jaxspatial.rollout import tiny
 from jaxspatial.serving import load_server
 from tests import chat_templates
+from tests.deadline import deadline
 
 NAME = "tiny-policy"
 MAX_TOKENS = 12
@@ -37,13 +37,8 @@ MAX_TOKENS = 12
 @pytest.fixture(autouse=True)
 def _bounded():
   """Every test ends within 60 s (first compiles included): a hang fails instead."""
-  def expire(*_):
-    raise TimeoutError("test ran past its 60 s bound")
-  previous = signal.signal(signal.SIGALRM, expire)
-  signal.alarm(60)
-  yield
-  signal.alarm(0)
-  signal.signal(signal.SIGALRM, previous)
+  with deadline(60):
+    yield
 
 
 @pytest.fixture(scope="module")
@@ -205,7 +200,7 @@ def test_malformed_requests_get_a_4xx_with_a_message_and_the_server_goes_on(serv
   good = {"model": NAME, "messages": _user("Where is the chair?"), "max_tokens": 4,
           "temperature": 0}
   cases = [
-      (b"{not json", 400, "not valid JSON"),
+      (b"{not json", 400, "malformed JSON"),
       (b'{"model": "a", "model": "b"}', 400, "duplicate key"),
       (json.dumps([1, 2]).encode(), 400, "JSON object"),
       (json.dumps({**good, "messages": []}).encode(), 400, "messages"),
