@@ -39,6 +39,7 @@ import numpy as np
 from jaxspatial.models import sampler
 from jaxspatial.perception.judge import PROMPTS, JudgePrompt
 from jaxspatial.rl.rewards import device_text
+from jaxspatial.rollout import automaton as am
 
 Array = jax.Array
 # ASCII whitespace as str.split() sees it (\x1c-\x1f included).
@@ -98,38 +99,23 @@ def reply_verdict(bytes_BxL: Array) -> Array:
   return has("CORRECT") & ~has("INCORRECT")
 
 
-def token_byte_table(tokenizer, vocab_size: int) -> tuple[np.ndarray, np.ndarray]:
-  """(bytes [V, K] uint8, lengths [V] int32) of every token id below `vocab_size`; special
-  tokens and ids past the tokenizer have length 0."""
-  from jaxspatial.rollout.automaton import token_bytes  # pylint: disable=import-outside-toplevel
-  pieces, special = token_bytes(tokenizer)
+def judge_byte_tables(tokenizer, vocab_size: int) -> tuple[tuple[int, ...], np.ndarray,
+                                                            np.ndarray]:
+  """(the single-byte token of each of the 256 byte values, token bytes [V, K] int32,
+  lengths [V]) of a byte-level BPE tokenizer; special tokens and ids past the tokenizer
+  have length 0 (a served reply skips them)."""
+  pieces, special = am.token_bytes(tokenizer)
   if vocab_size < len(pieces):
     raise ValueError(f"PolicyJudge: the model's vocabulary ({vocab_size}) is smaller than "
                      f"the tokenizer's ({len(pieces)})")
-  width = max(1, max((len(p) for p, s in zip(pieces, special) if not s), default=1))
-  table = np.zeros((vocab_size, width), np.uint8)
-  lengths = np.zeros(vocab_size, np.int32)
-  for i, (piece, is_special) in enumerate(zip(pieces, special)):
-    if not is_special:
-      table[i, :len(piece)] = np.frombuffer(piece, np.uint8)
-      lengths[i] = len(piece)
-  return table, lengths
-
-
-def single_byte_tokens(tokenizer) -> tuple[int, ...]:
-  """[256] the single-byte token of each byte value (the first such id)."""
-  from jaxspatial.rollout.automaton import token_bytes  # pylint: disable=import-outside-toplevel
-  pieces, special = token_bytes(tokenizer)
-  table = [-1] * 256
-  for i, (piece, is_special) in enumerate(zip(pieces, special)):
-    if len(piece) == 1 and not is_special and table[piece[0]] < 0:
-      table[piece[0]] = i
-  missing = [b for b in range(256) if table[b] < 0]
+  singles = am.single_byte_tokens(pieces, special)
+  missing = [b for b in range(256) if singles[b] < 0]
   if missing:
     raise ValueError(f"PolicyJudge: the tokenizer has no single-byte token for bytes "
                      f"{missing[:8]}{'...' if len(missing) > 8 else ''}: only byte-level BPE "
                      "tokenizers can spell any text")
-  return tuple(table)
+  table, lengths = am.byte_table(pieces, vocab_size, keep=~np.asarray(special))
+  return tuple(singles), table, lengths
 
 
 @dataclasses.dataclass(eq=False)  # hashed by identity: a static argument of the rollout's jit
@@ -169,14 +155,14 @@ class PolicyJudge:
       ids = {tokenizer.convert_tokens_to_ids("<|im_end|>"), tokenizer.eos_token_id}
       stop_tokens = tuple(sorted(i for i in ids if i is not None and i != tokenizer.unk_token_id))
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    table, lengths = token_byte_table(tokenizer, model.config.text.vocab_size)
+    singles, table, lengths = judge_byte_tables(tokenizer, model.config.text.vocab_size)
     return cls(model=model, tokenizer=tokenizer, prompt=prompt,
                sampling=sampler.SamplingConfig(max_new_tokens=int(max_tokens),
                                                temperature=float(temperature),
                                                top_p=float(top_p),
                                                stop_tokens=tuple(int(t) for t in stop_tokens),
                                                pad_token=int(pad), cache_dtype=cache_dtype),
-               byte_tokens=single_byte_tokens(tokenizer), token_bytes=table,
+               byte_tokens=singles, token_bytes=table,
                token_lengths=lengths)
 
   def __repr__(self) -> str:
@@ -187,9 +173,6 @@ class PolicyJudge:
   def state(self) -> tuple:
     """The rollout's judge argument: (model, token bytes [V, K], token lengths [V])."""
     return self.model, jnp.asarray(self.token_bytes), jnp.asarray(self.token_lengths)
-
-  def stats(self) -> dict:
-    return {}  # nothing happens on the host to count
 
   # -- the prompt --
 

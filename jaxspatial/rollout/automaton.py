@@ -698,6 +698,28 @@ def token_bytes(tokenizer) -> tuple[list[bytes], np.ndarray]:
   return out, special
 
 
+def byte_table(pieces: list[bytes], vocab_size: int,
+               keep=None) -> tuple[np.ndarray, np.ndarray]:
+  """(bytes [V, K] int32, -1 padded; lengths [V] int32) of `pieces` padded to `vocab_size`
+  ids; tokens outside `keep` (bool per piece) and ids past the pieces have length 0."""
+  table = np.full((vocab_size, max(1, max(map(len, pieces), default=1))), -1, np.int32)
+  lengths = np.zeros(vocab_size, np.int32)
+  for i, piece in enumerate(pieces):
+    if keep is None or keep[i]:
+      table[i, :len(piece)] = np.frombuffer(piece, np.uint8)
+      lengths[i] = len(piece)
+  return table, lengths
+
+
+def single_byte_tokens(pieces: list[bytes], special) -> list[int]:
+  """[256] the first non-special token spelling each byte value alone (-1 if none)."""
+  out = [-1] * 256
+  for i, (piece, is_special) in enumerate(zip(pieces, special)):
+    if len(piece) == 1 and not is_special and out[piece[0]] < 0:
+      out[piece[0]] = i
+  return out
+
+
 def _walk_tokens(dfa: DFA, pieces_VxL: np.ndarray, lengths_V: np.ndarray) -> np.ndarray:
   """[S, V] state after each token from each state, stopping at the first accepting state."""
   size = dfa.num_states
@@ -795,12 +817,7 @@ def compile_token_automaton(grammar: Grammar, tokenizer, vocab_size: int | None 
   if size < len(pieces):
     raise ValueError(f"compile_token_automaton: vocab_size {size} is smaller than the "
                      f"tokenizer's {len(pieces)} tokens")
-  longest = max(len(p) for p in pieces)
-  table = np.full((size, longest), -1, np.int32)
-  lengths = np.zeros(size, np.int32)
-  for i, piece in enumerate(pieces):
-    table[i, :len(piece)] = np.frombuffer(piece, np.uint8)
-    lengths[i] = len(piece)
+  table, lengths = byte_table(pieces, size)
   literals = grammar.literals
   banned = np.ones(size, bool)
   banned[:len(pieces)] = special & np.asarray([p not in literals for p in pieces])

@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxspatial.rollout.automaton import token_bytes
+from jaxspatial.rollout.automaton import single_byte_tokens, token_bytes
 
 Array = jax.Array
 INTEGER_DIGITS = 4
@@ -139,11 +139,7 @@ def compile_template(tokenizer, template: str | tuple[str, ...], image_tokens: i
   length = max(v.text_length + len(lacking) for v, lacking in variants)
   variants = tuple(dataclasses.replace(v, padding=lacking + (int(pad_token),) * (
       length - v.text_length - len(lacking))) for v, lacking in variants)
-  all_bytes, special = token_bytes(tokenizer)
-  byte_tokens = [-1] * 256
-  for i, data in enumerate(all_bytes):
-    if len(data) == 1 and not special[i] and byte_tokens[data[0]] < 0:
-      byte_tokens[data[0]] = i
+  byte_tokens = single_byte_tokens(*token_bytes(tokenizer))
   needed = b"-.0123456789"
   missing = [chr(b) for b in needed if byte_tokens[b] < 0]
   if missing:

@@ -17,7 +17,7 @@ from jaxspatial.models.qwen2_5_vl.tokenizer import save_processor
 from jaxspatial.perception import judges
 from jaxspatial.perception.judge import PROMPTS, decode_ids, one_line, verdict
 from jaxspatial.perception.policy_judge import (PolicyJudge, render_chat, reply_bytes,
-                                                reply_verdict, token_byte_table)
+                                                reply_verdict, judge_byte_tables)
 from jaxspatial.rollout import agents, automaton as am, episode, observation, tiny
 from tests import chat_templates, judge_policies
 
@@ -139,7 +139,7 @@ def test_the_reply_verdict_is_act3ds_rule(judge_policy):
   for i, row in enumerate(encoded):
     tokens[i, :len(row)] = row
     tokens[i, len(row):] = tok.pad_token_id  # generated padding past the count is ignored
-  table, lengths = token_byte_table(tok, model.config.text.vocab_size)
+  _, table, lengths = judge_byte_tables(tok, model.config.text.vocab_size)
   count = np.asarray([len(e) for e in encoded], np.int32)
   text = reply_bytes(jnp.asarray(tokens), jnp.asarray(count), jnp.asarray(table),
                      jnp.asarray(lengths))
