@@ -13,6 +13,7 @@ like the cameras; Think3D's prompt shows them); off, tasks carry the empty [8, 0
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping
 
@@ -30,6 +31,24 @@ MAX_ANSWER_BYTES = 128   # ScanQA's longest annotated answers fit
 MAX_ANSWERS = 4          # reference answers per question (ScanQA lists several)
 MAX_ANSWER_OBJECTS = 4
 MAX_QUESTIONS_PER_SCENE = 16
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskLimits:
+  """The padded sizes of a dataset's tasks: question bytes, reference answers and their
+  bytes, answer objects, questions per scene. The synthetic set's are the module's MAX_*
+  constants; a benchmark's come with its builder config (real questions run longer:
+  MindCube's reach 569 bytes, ScanQA's answers 162 bytes, 8 answers, 25 objects, and a
+  ScanNet scene holds up to 170 questions)."""
+
+  question_bytes: int = MAX_QUESTION_BYTES
+  answer_bytes: int = MAX_ANSWER_BYTES
+  answers: int = MAX_ANSWERS
+  answer_objects: int = MAX_ANSWER_OBJECTS
+  questions_per_scene: int = MAX_QUESTIONS_PER_SCENE
+
+
+SYNTHETIC_LIMITS = TaskLimits()
 
 
 def encode_text(text: str, length: int) -> np.ndarray:
@@ -66,8 +85,9 @@ def _is_int(value) -> bool:
   return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
-def answer_rows(question: dict, scene_seed, prefix: str = "") -> np.ndarray:
-  """[MAX_ANSWERS, MAX_ANSWER_BYTES] the question's reference answers (`answers`, a list,
+def answer_rows(question: dict, scene_seed, prefix: str = "",
+                limits: TaskLimits = SYNTHETIC_LIMITS) -> np.ndarray:
+  """[limits.answers, limits.answer_bytes] the question's reference answers (`answers`, a list,
   when the record has several; else `answer_text`), -1 padded. `prefix` names the
   question in errors (`questions[2].`)."""
   label = f"question {str(question.get('question', ''))[:60]!r}"
@@ -84,10 +104,10 @@ def answer_rows(question: dict, scene_seed, prefix: str = "") -> np.ndarray:
                         f"{label}: expected a string, got {_got(answers[0])}")
   else:
     raise RecordError(scene_seed, prefix + "answer_text", f"{label}: missing")
-  if len(answers) > MAX_ANSWERS:
+  if len(answers) > limits.answers:
     raise RecordError(scene_seed, prefix + name, f"{label} has {len(answers)} reference "
-                      f"answers, more than MAX_ANSWERS {MAX_ANSWERS}")
-  rows = np.full((MAX_ANSWERS, MAX_ANSWER_BYTES), -1, np.int32)
+                      f"answers, more than MAX_ANSWERS {limits.answers}")
+  rows = np.full((limits.answers, limits.answer_bytes), -1, np.int32)
   for r, answer in enumerate(answers):
     where = f"{prefix}{name}[{r}]" if name == "answers" else prefix + name
     if not answer.strip():
@@ -98,10 +118,10 @@ def answer_rows(question: dict, scene_seed, prefix: str = "") -> np.ndarray:
     except UnicodeEncodeError:
       raise RecordError(scene_seed, where, f"{label}: expected UTF-8 encodable text, got "
                         f"{answer[:60]!r}") from None
-    if size > MAX_ANSWER_BYTES:
+    if size > limits.answer_bytes:
       raise RecordError(scene_seed, where, f"{label}: {size} bytes, more than the padded "
-                        f"length {MAX_ANSWER_BYTES}")
-    rows[r] = encode_text(answer, MAX_ANSWER_BYTES)
+                        f"length {limits.answer_bytes}")
+    rows[r] = encode_text(answer, limits.answer_bytes)
   return rows
 
 
@@ -141,8 +161,9 @@ def _array(example, scene, name: str, dtype, shape: tuple) -> np.ndarray:
   return value
 
 
-def scene_questions(example, scene=None) -> list[dict]:
-  """The example's `questions` (JSON text): a list of at most MAX_QUESTIONS_PER_SCENE
+def scene_questions(example, scene=None,
+                    limits: TaskLimits = SYNTHETIC_LIMITS) -> list[dict]:
+  """The example's `questions` (JSON text): a list of at most `limits.questions_per_scene`
   question objects, or a RecordError."""
   scene = scene_label(example) if scene is None else scene
   if not isinstance(example, Mapping):
@@ -162,14 +183,35 @@ def scene_questions(example, scene=None) -> list[dict]:
   if not isinstance(questions, list) or not all(isinstance(q, dict) for q in questions):
     raise RecordError(scene, "questions", f"expected a JSON list of question objects, got "
                       f"{_got(questions)}")
-  if len(questions) > MAX_QUESTIONS_PER_SCENE:
+  if len(questions) > limits.questions_per_scene:
     raise RecordError(scene, "questions", f"expected at most MAX_QUESTIONS_PER_SCENE "
-                      f"{MAX_QUESTIONS_PER_SCENE} questions, got {len(questions)}")
+                      f"{limits.questions_per_scene} questions, got {len(questions)}")
   return questions
 
 
+def benchmark_name(example) -> str | None:
+  """A benchmark record's `benchmark` (builders/spatial_benchmark.py), None for the
+  synthetic set's records."""
+  name = example.get("benchmark") if isinstance(example, Mapping) else None
+  if isinstance(name, np.ndarray) and name.ndim == 0:
+    name = name[()]
+  return name.decode() if isinstance(name, bytes) else name
+
+
+def _geometry(example, scene) -> str:
+  value = example.get("geometry", "scan")
+  if isinstance(value, np.ndarray) and value.ndim == 0:
+    value = value[()]
+  value = value.decode() if isinstance(value, bytes) else value
+  if value not in ("scan", "reconstruction", "none"):
+    raise RecordError(scene, "geometry", f"expected 'scan', 'reconstruction' or 'none', got "
+                      f"{_got(value)}")
+  return value
+
+
 def check_example(example, max_views: int = MAX_VIEWS, points: int | None = None,
-                  input_images: bool = False) -> list[dict]:
+                  input_images: bool = False,
+                  limits: TaskLimits = SYNTHETIC_LIMITS) -> list[dict]:
   """Checks one decoded scene example against the stored format and returns its
   questions; a RecordError names the scene, the field, what was expected and what was got.
 
@@ -177,8 +219,10 @@ def check_example(example, max_views: int = MAX_VIEWS, points: int | None = None
   length; cameras (intrinsics [V, 4], world_from_camera [V, 4, 4] rigid poses, images,
   depth) one count V in 1..max_views; instance ids lie in -1..objects - 1; every question
   has its fields with their types, its initial view and views among the V, its answer
-  letter among its options (answer_text that option), at most MAX_ANSWER_OBJECTS answer
-  objects, each an instance present in the cloud."""
+  letter among its options (answer_text that option), at most `limits.answer_objects`
+  answer objects, each an instance present in the cloud. A benchmark record (one with
+  `benchmark`) names each question's `category` instead of a synthetic family, and one of
+  geometry "none" has an empty cloud."""
   scene = scene_label(example)
   if not isinstance(example, Mapping):
     raise RecordError(scene, "<record>", f"expected a mapping of fields, got {_got(example)}")
@@ -191,9 +235,14 @@ def check_example(example, max_views: int = MAX_VIEWS, points: int | None = None
     raise RecordError(scene, "scene_seed", f"expected an int64, got {scene}")
   if points is not None and (not _is_int(points) or points < 1):
     raise ValueError(f"scene_tasks: points must be a positive integer or None, got {points!r}")
+  benchmark = benchmark_name(example)
+  if benchmark is not None and not isinstance(benchmark, str):
+    raise RecordError(scene, "benchmark", f"expected the benchmark's name, got "
+                      f"{_got(benchmark)}")
+  geometry = _geometry(example, scene) if benchmark is not None else "scan"
   xyz = _array(example, scene, "xyz", np.float32, ("N", 3))
   num_points = len(xyz)
-  if num_points == 0:
+  if num_points == 0 and geometry != "none":
     raise RecordError(scene, "xyz", "expected at least one point, got 0")
   size = bucket_size(num_points) if points is None else points
   if num_points > size:
@@ -230,7 +279,7 @@ def check_example(example, max_views: int = MAX_VIEWS, points: int | None = None
     raise RecordError(scene, "world_from_camera", f"expected rigid camera-to-world poses (a "
                       f"rotation, last row 0 0 0 1), got camera {v}'s {poses[v].tolist()}")
   if input_images:
-    _scene_images(example, intrinsics)
+    _scene_images(example, intrinsics, principal_point_check=benchmark is None)
   elif "images" in example:
     images = example["images"]
     if not isinstance(images, (list, tuple, np.ndarray)) or (isinstance(images, np.ndarray)
@@ -263,21 +312,23 @@ def check_example(example, max_views: int = MAX_VIEWS, points: int | None = None
                         f"name), got {len(centres)}")
     objects = len(centres)
   instance = example["instance"]
-  low_id, high_id = int(instance.min()), int(instance.max())
+  low_id, high_id = (int(instance.min()), int(instance.max())) if len(instance) else (-1, -1)
   if low_id < -1 or objects is not None and high_id >= objects:
     want = "-1 or more" if objects is None else f"-1..{objects - 1} ({objects} objects)"
     raise RecordError(scene, "instance", f"expected object ids {want}, -1 for none, got "
                       f"{low_id if low_id < -1 else high_id}")
-  questions = scene_questions(example, scene)
+  questions = scene_questions(example, scene, limits)
   present: set[int] = set()
-  if any(q.get("answer_objects") for q in questions):
+  if any(q.get("answer_objects") for q in questions if isinstance(q, dict)):
     present = set(np.unique(instance).tolist())
   for k, question in enumerate(questions):
-    _check_question(question, f"questions[{k}].", scene, views, present)
+    _check_question(question, f"questions[{k}].", scene, views, present, limits,
+                    benchmark is not None)
   return questions
 
 
-def _check_question(q: dict, at: str, scene, views: int, present: set[int]) -> None:
+def _check_question(q: dict, at: str, scene, views: int, present: set[int],
+                    limits: TaskLimits = SYNTHETIC_LIMITS, benchmark: bool = False) -> None:
   def get(name, kinds, what):
     if name not in q:
       raise RecordError(scene, at + name, "missing")
@@ -292,12 +343,17 @@ def _check_question(q: dict, at: str, scene, views: int, present: set[int]) -> N
   except UnicodeEncodeError:
     raise RecordError(scene, at + "question", f"expected UTF-8 encodable text, got "
                       f"{text[:60]!r}") from None
-  if not text.strip() or size > MAX_QUESTION_BYTES:
-    raise RecordError(scene, at + "question", f"expected 1..{MAX_QUESTION_BYTES} bytes of "
+  if not text.strip() or size > limits.question_bytes:
+    raise RecordError(scene, at + "question", f"expected 1..{limits.question_bytes} bytes of "
                       f"text, got {size} bytes: {text[:60]!r}")
-  family = get("family", (str,), "a string")
-  if family not in FAMILIES:
-    raise RecordError(scene, at + "family", f"expected one of {FAMILIES}, got {family!r}")
+  if benchmark:
+    get("question_id", (str,), "the benchmark's question id")
+    if not get("category", (str,), "the question's category"):
+      raise RecordError(scene, at + "category", "expected a category name, got ''")
+  else:
+    family = get("family", (str,), "a string")
+    if family not in FAMILIES:
+      raise RecordError(scene, at + "family", f"expected one of {FAMILIES}, got {family!r}")
   get("needs_exploration", (bool,), "a bool")
   options = get("options", (list,), "a list of option strings")
   if options and not 2 <= len(options) <= len(LETTERS) or not all(
@@ -315,11 +371,11 @@ def _check_question(q: dict, at: str, scene, views: int, present: set[int]) -> N
     if answer_text != chosen:
       raise RecordError(scene, at + "answer_text", f"expected option {answer} "
                         f"{chosen!r}, got {answer_text!r}")
-  answer_rows(q, scene, at)
+  answer_rows(q, scene, at, limits)
   objects = get("answer_objects", (list,), "a list of instance ids")
-  if len(objects) > MAX_ANSWER_OBJECTS:
+  if len(objects) > limits.answer_objects:
     raise RecordError(scene, at + "answer_objects", f"expected at most MAX_ANSWER_OBJECTS "
-                      f"{MAX_ANSWER_OBJECTS} ids, got {len(objects)}: {_got(objects)}")
+                      f"{limits.answer_objects} ids, got {len(objects)}: {_got(objects)}")
   for obj in objects:
     if not _is_int(obj) or obj < 0 or int(obj) not in present:
       raise RecordError(scene, at + "answer_objects", f"expected instance ids of the cloud's "
@@ -336,13 +392,17 @@ def _check_question(q: dict, at: str, scene, views: int, present: set[int]) -> N
 
 
 def scene_tasks(example: dict, max_views: int = MAX_VIEWS, points: int | None = None,
-                input_images: bool = False) -> list[tuple[Task, dict]]:
+                input_images: bool = False,
+                limits: TaskLimits = SYNTHETIC_LIMITS) -> list[tuple[Task, dict]]:
   """Every question of one decoded scene example as (Task of numpy arrays, metadata).
   Clouds pad to `bucket_size` of their size, or to `points` (one shape for scenes of
   different sizes: batches stack them). `input_images`: carry the example's decoded
   `images` (else the empty [max_views, 0, 0, 3]). The example is checked first
-  (`check_example`): a record that breaks the stored format raises a RecordError."""
-  questions = check_example(example, max_views, points, input_images)
+  (`check_example`): a record that breaks the stored format raises a RecordError.
+  Metadata: the scene's seed and, for the synthetic set, the question's family index and
+  needs_exploration; for a benchmark its question_id and category (strings)."""
+  questions = check_example(example, max_views, points, input_images, limits)
+  benchmark = benchmark_name(example)
   scene = scene_label(example)
   num_points = len(example["xyz"])
   size = bucket_size(num_points) if points is None else points
@@ -354,32 +414,39 @@ def scene_tasks(example: dict, max_views: int = MAX_VIEWS, points: int | None = 
   intrinsics = example["intrinsics"][take]
   cameras = Camera(fx=intrinsics[:, 0], fy=intrinsics[:, 1], cx=intrinsics[:, 2],
                    cy=intrinsics[:, 3], world_from_camera=example["world_from_camera"][take])
-  images = (_scene_images(example, intrinsics[:views])[take] if input_images
-            else np.zeros((max_views, 0, 0, 3), np.uint8))
+  images = (_scene_images(example, intrinsics[:views], benchmark is None)[take]
+            if input_images else np.zeros((max_views, 0, 0, 3), np.uint8))
   out = []
   for q in questions:
     initial = q["initial_view"]
     task = Task(
         cloud=cloud, input_cameras=cameras, num_input_cameras=np.int32(views),
         scene_min=example["scene_min"], scene_max=example["scene_max"],
-        question_ids=encode_text(q["question"], MAX_QUESTION_BYTES),
-        answer_ids=answer_rows(q, scene),
+        question_ids=encode_text(q["question"], limits.question_bytes),
+        answer_ids=answer_rows(q, scene, limits=limits),
         answer_choice=np.int32(LETTERS.index(q["answer"]) if q["options"] else -1),
-        answer_objects=_pad(np.asarray(q["answer_objects"], np.int32), MAX_ANSWER_OBJECTS, -1),
+        answer_objects=_pad(np.asarray(q["answer_objects"], np.int32).reshape(-1),
+                            limits.answer_objects, -1),
         initial_camera=Camera(fx=intrinsics[initial, 0], fy=intrinsics[initial, 1],
                               cx=intrinsics[initial, 2], cy=intrinsics[initial, 3],
                               world_from_camera=example["world_from_camera"][initial]),
         input_images=images)
-    meta = {"scene_seed": np.int64(scene),
-            "family": np.int32(FAMILIES.index(q["family"])),
-            "needs_exploration": np.bool_(q["needs_exploration"])}
+    if benchmark is None:
+      meta = {"scene_seed": np.int64(scene),
+              "family": np.int32(FAMILIES.index(q["family"])),
+              "needs_exploration": np.bool_(q["needs_exploration"])}
+    else:
+      meta = {"scene_seed": np.int64(scene), "question_id": np.str_(q["question_id"]),
+              "category": np.str_(q["category"])}
     out.append((task, meta))
   return out
 
 
-def _scene_images(example: dict, intrinsics_Vx4: np.ndarray) -> np.ndarray:
+def _scene_images(example: dict, intrinsics_Vx4: np.ndarray,
+                  principal_point_check: bool = True) -> np.ndarray:
   """The example's views [V, H, W, 3] uint8, checked against the cameras: the synthetic
-  intrinsics put the principal point at the image centre ((W - 1) / 2, (H - 1) / 2)."""
+  intrinsics put the principal point at the image centre ((W - 1) / 2, (H - 1) / 2); a
+  benchmark's reconstructed cameras need not (`principal_point_check` False)."""
   scene = scene_label(example)
   if "images" not in example:
     raise RecordError(scene, "images", "missing (input_images needs the stored views)")
@@ -403,6 +470,8 @@ def _scene_images(example: dict, intrinsics_Vx4: np.ndarray) -> np.ndarray:
   if images.dtype != np.uint8:
     raise RecordError(scene, "images", f"expected dtype uint8, got {images.dtype}")
   height, width = images.shape[1:3]
+  if not principal_point_check:
+    return images
   made_for_w = 2 * intrinsics_Vx4[:, 2] + 1
   made_for_h = 2 * intrinsics_Vx4[:, 3] + 1
   wrong = (np.abs(made_for_w - width) > 1) | (np.abs(made_for_h - height) > 1)
@@ -417,12 +486,16 @@ def _scene_images(example: dict, intrinsics_Vx4: np.ndarray) -> np.ndarray:
 class SceneToTasks(grain.experimental.FlatMapTransform):
   max_fan_out = MAX_QUESTIONS_PER_SCENE
 
-  def __init__(self, points: int | None = None, input_images: bool = False):
+  def __init__(self, points: int | None = None, input_images: bool = False,
+               limits: TaskLimits = SYNTHETIC_LIMITS):
     self.points = points
     self.input_images = input_images
+    self.limits = limits
+    self.max_fan_out = limits.questions_per_scene
 
   def flat_map(self, element):
-    return scene_tasks(element, points=self.points, input_images=self.input_images)
+    return scene_tasks(element, points=self.points, input_images=self.input_images,
+                       limits=self.limits)
 
 
 def _stack(items):
@@ -432,7 +505,8 @@ def _stack(items):
 def task_batches(source, batch_size: int, seed: int = 0, shuffle: bool = True,
                  num_epochs: int | None = 1, drop_remainder: bool = True,
                  shard: tuple[int, int] = (0, 1), points: int | None = None,
-                 input_images: bool = False) -> grain.IterDataset:
+                 input_images: bool = False,
+                 limits: TaskLimits = SYNTHETIC_LIMITS) -> grain.IterDataset:
   """A grain pipeline: scenes (shuffled by seed) -> tasks -> batches of (Task, meta).
 
   The same seed gives the same batches. num_epochs None repeats forever. `points`: every
@@ -441,7 +515,8 @@ def task_batches(source, batch_size: int, seed: int = 0, shuffle: bool = True,
   `shard` (index, count): this process reads only every count-th scene of the shuffled
   order, from index (multi-host: `(jax.process_index(), jax.process_count())`); the
   shards are disjoint. An iterator's `get_state()` / `set_state()` resume it exactly
-  (saved with checkpoints).
+  (saved with checkpoints). `limits`: the dataset's padded sizes (a benchmark's:
+  `builders.spatial_benchmark.task_limits`).
   """
   index, count = shard
   if not 0 <= index < count:
@@ -456,5 +531,6 @@ def task_batches(source, batch_size: int, seed: int = 0, shuffle: bool = True,
     dataset = dataset[index::count]
   dataset = dataset.repeat(num_epochs)
   tasks = grain.experimental.FlatMapIterDataset(dataset.to_iter_dataset(),
-                                                SceneToTasks(points, input_images))
+                                                SceneToTasks(points, input_images,
+                                                             limits))
   return tasks.batch(batch_size, drop_remainder=drop_remainder, batch_fn=_stack)

@@ -16,6 +16,11 @@ records (`data_pipelines.readers`); the scoring itself is `jaxspatial.eval`.
 - BLINK multi-view: one column (the sub-task), accuracy.
 - ScanQA (Act3D): one open category; scores are the judge's verdicts passed as numbers, or
   normalised exact match.
+- SQA3D (Act3D): exact match by the question's first word (What, Is, How, Can, Which,
+  Others), overall over all questions.
+- ChartQA (PERIA): relaxed accuracy (5 % on numbers) on the human and augmented sets,
+  overall their mean. HR-Bench (PERIA): option accuracy on single- and cross-instance
+  questions (FSP, FCP), overall their mean.
 """
 
 from __future__ import annotations
@@ -83,6 +88,9 @@ def _vsi_metric(question: BenchmarkQuestion) -> str:
                    f"of {VSI_MULTIPLE_CHOICE + VSI_NUMERIC}, got {question.category!r}")
 
 
+SQA3D_TYPES = ("what", "is", "how", "can", "which", "others")  # readers.sqa3d
+HRBENCH_TYPES = ("single", "cross")
+
 _MINDCUBE = dict(columns=("rotation", "around", "among"),
                  labels={"rotation": "Rotation", "around": "Around", "among": "Among"})
 _DIRECTION = ("object_rel_direction_easy", "object_rel_direction_medium",
@@ -109,6 +117,20 @@ PROTOCOLS = {
                          labels={"Multi-view_Reasoning": "Multi-view"}),
     "scanqa": Protocol("scanqa", columns=("open",), labels={"open": "ScanQA"},
                        metric=lambda question: "exact_match"),
+    # SQA3D's table: EM@1 by the question's first word, overall over all questions.
+    "sqa3d": Protocol("sqa3d", columns=SQA3D_TYPES, labels={t: t.capitalize()
+                                                            for t in SQA3D_TYPES},
+                      metric=lambda question: "exact_match"),
+    # ChartQA: relaxed accuracy on the human and augmented sets, their mean as overall.
+    "chartqa": Protocol("chartqa", columns=("human", "augmented"),
+                        labels={"human": "Human", "augmented": "Augmented"}, overall="macro",
+                        metric=lambda question: "relaxed_accuracy"),
+    # HR-Bench: fine-grained single-instance (FSP) and cross-instance (FCP) perception,
+    # overall their mean.
+    "hrbench": Protocol("hrbench", columns=HRBENCH_TYPES,
+                        labels=dict(zip(HRBENCH_TYPES, ("FSP", "FCP"))), overall="macro",
+                        groups={"single": ("single", "single_instance"),
+                                "cross": ("cross", "cross_instance")}),
 }
 
 

@@ -1,12 +1,24 @@
-"""Evaluates a training run's checkpoint with its recipe's evaluation.
+"""Evaluates a training run's checkpoint with its recipe's evaluation, or a model on a
+prepared benchmark with the papers' protocols.
 
     python -m launch.eval --config configs/<recipe>.py[:variant] [--checkpoint DIR]
         [--split NAME] [--best]
 
-The demo: the test split, the policy and the same policy answering from the first view;
-the agent recipes: greedy accuracy per question family on `--split` (default: the config's
-`data.eval_split`); 3DThinker: the held-out metrics. DIR is a run's work directory
-(default: the config's `workdir`).
+    python -m launch.eval --benchmark NAME --data-dir DIR
+        (--checkpoint HF_FOLDER | --endpoint URL --model NAME)
+        [--agent think3d|act3d|peria|none] [--seeds 3] [--limit N] --out DIR
+
+The first form: the demo: the test split, the policy and the same policy answering from the
+first view; the agent recipes: greedy accuracy per question family on `--split` (default:
+the config's `data.eval_split`); 3DThinker: the held-out metrics. DIR is a run's work
+directory (default: the config's `workdir`).
+
+The second (recipes/benchmark_run.py): NAME is a benchmark `launch.build_benchmark`
+prepared under DIR (mindcube, mindcube_tiny, blink_mv, vsibench, vsibench_tiny, scanqa, ...);
+the model answers each question without tools and, with an agent, runs the agent's
+episodes (the agent block of its paper's config, or of `--config`), once per seed; writes
+OUT/results.json, results.md (the paper's layout), predictions.jsonl, episodes.html and
+run.json. An endpoint's key is read from the environment variable `--api-key-env` names.
 """
 
 from __future__ import annotations
@@ -17,21 +29,85 @@ from jaxspatial import xla_workarounds
 xla_workarounds.apply()
 # pylint: disable=wrong-import-position
 
+import importlib
 import json
+import sys
 
 from absl import app, flags, logging
 from ml_collections import config_flags
 
 import recipes
 
-_CHECKPOINT = flags.DEFINE_string("checkpoint", None, "a run's work directory")
+# The paper config whose agent block `--agent` takes.
+AGENT_CONFIGS = {"think3d": "configs.think3d_rl", "act3d": "configs.act3d_grpo",
+                 "peria": "configs.peria_or_gigpo"}
+
+_CHECKPOINT = flags.DEFINE_string("checkpoint", None, "a run's work directory; with "
+                                  "--benchmark, a policy folder (Hugging Face layout)")
 _SPLIT = flags.DEFINE_string("split", None, "the split to evaluate")
 _BEST = flags.DEFINE_bool("best", False, "evaluate the best checkpoint instead of the latest")
+_BENCHMARK = flags.DEFINE_string("benchmark", None, "a prepared benchmark to evaluate on")
+_DATA_DIR = flags.DEFINE_string("data_dir", "outputs/data", "where the benchmark is prepared")
+_ENDPOINT = flags.DEFINE_string("endpoint", None, "an OpenAI-compatible base URL (.../v1)")
+_MODEL = flags.DEFINE_string("model", None, "the endpoint's model name")
+_AGENT = flags.DEFINE_enum("agent", "none", ["none", *AGENT_CONFIGS], "the tool agent")
+_SEEDS = flags.DEFINE_integer("seeds", 3, "runs per setting (seeds 0..N-1)")
+_LIMIT = flags.DEFINE_integer("limit", None, "only the first N questions")
+_OUT = flags.DEFINE_string("out", None, "the output folder")
+_BATCH = flags.DEFINE_integer("batch", 16, "questions per batch")
+_TEMPERATURE = flags.DEFINE_float("temperature", 0.0, "sampling temperature")
+_CONCURRENCY = flags.DEFINE_integer("concurrency", 16, "requests in flight")
+_MAX_REQUESTS = flags.DEFINE_integer("max_requests", None, "the request budget")
+_API_KEY_ENV = flags.DEFINE_string("api_key_env", "OPENAI_API_KEY",
+                                   "the environment variable holding the endpoint's key")
+_TOOLS_ONLY = flags.DEFINE_bool("tools_only", False, "skip the no-tools setting")
+
+
+def _benchmark() -> dict:
+  # pylint: disable=import-outside-toplevel
+  from jaxspatial.perception.judge import ChatEndpoint
+  from jaxspatial.rollout.registry import make_agent
+  from recipes.benchmark_backends import EndpointBackend, PolicyBackend
+  from recipes.benchmark_run import run_benchmark
+  if not _OUT.value:
+    raise app.UsageError("--benchmark needs --out DIR")
+  if bool(_ENDPOINT.value) == bool(_CHECKPOINT.value):
+    raise app.UsageError("--benchmark needs one backend: --checkpoint HF_FOLDER or "
+                         "--endpoint URL --model NAME")
+  agent = config = None
+  if _AGENT.value != "none":
+    config = (_CONFIG.value if "--config" in " ".join(sys.argv) else
+              importlib.import_module(AGENT_CONFIGS[_AGENT.value]).get_config("reference"))
+    agent = make_agent(config.agent, config.rollout.max_turns, config.reward.get("weights",
+                                                                                 {}))
+  if _ENDPOINT.value:
+    if not _MODEL.value:
+      raise app.UsageError("--endpoint needs --model")
+    backend = EndpointBackend(ChatEndpoint(_ENDPOINT.value, _MODEL.value,
+                                           api_key_env=_API_KEY_ENV.value or None,
+                                           concurrency=_CONCURRENCY.value,
+                                           max_requests=_MAX_REQUESTS.value),
+                              temperature=_TEMPERATURE.value)
+  else:
+    rollout = dict(config.rollout) if config is not None else {}
+    backend = PolicyBackend(_CHECKPOINT.value, temperature=_TEMPERATURE.value,
+                            rollout=rollout)
+  settings = ("tools",) if _TOOLS_ONLY.value else None
+  return run_benchmark(_BENCHMARK.value, _DATA_DIR.value, _OUT.value, backend, agent=agent,
+                       seeds=tuple(range(_SEEDS.value)), split=_SPLIT.value or "test",
+                       limit=_LIMIT.value, batch=_BATCH.value, settings=settings)
 
 
 def main(argv) -> None:
   del argv
   logging.set_verbosity(logging.WARNING)
+  if _BENCHMARK.value:
+    document = _benchmark()
+    print(json.dumps({"overall": document["overall"], "categories": document["categories"]},
+                     indent=2))
+    print(f"results: {_OUT.value}/results.json, {_OUT.value}/results.md, "
+          f"{_OUT.value}/episodes.html")
+    return
   results = recipes.evaluate(_CONFIG.value, _CHECKPOINT.value, _SPLIT.value, _BEST.value)
   print(json.dumps(results, indent=2))
 

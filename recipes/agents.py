@@ -143,10 +143,24 @@ def make_reconstruction(c, agent_name: str):
                                         on_error=block.on_error)
 
 
+def data_limits(c):
+  """The padded task sizes of the config's dataset (a benchmark's are larger)."""
+  if c.data.builder == "spatial_benchmark":
+    from data_pipelines.builders import task_limits  # pylint: disable=import-outside-toplevel
+    return task_limits(c.data.config)
+  from data_pipelines.loader import SYNTHETIC_LIMITS  # pylint: disable=import-outside-toplevel
+  return SYNTHETIC_LIMITS
+
+
 def data_source(c, split: str):
   """A split of the task dataset: the synthetic builder (built on first use when
-  `data.build`), or any prepared TFDS dataset with its features, by name."""
+  `data.build`), a benchmark `launch.build_benchmark` prepared (`data.builder`
+  "spatial_benchmark", `data.config` its name), or any prepared TFDS dataset with its
+  features, by name."""
   d = c.data
+  if d.builder == "spatial_benchmark":
+    from data_pipelines.builders import load_benchmark  # pylint: disable=import-outside-toplevel
+    return load_benchmark(d.config, d.data_dir, split)
   if d.builder == "synthetic_spatial":
     from data_pipelines.builders import SyntheticSpatial  # pylint: disable=import-outside-toplevel
     builder = SyntheticSpatial(data_dir=d.data_dir, config=d.config)
@@ -184,7 +198,9 @@ def _stack(items):
 
 
 def table(results: dict) -> str:
-  names = [k for k in FAMILIES + ("all",) if any(k in r for r in results.values())]
+  found = [k for r in results.values() for k in r if k != "all"]
+  names = [k for k in FAMILIES if k in found] + sorted(
+      set(found) - set(FAMILIES)) + ["all"]
   lines = [f"{'policy':14} | " + " | ".join(f"{n:>19}" for n in names)]
   for label, r in results.items():
     cells = [f"{r[n]['accuracy']:.3f}±{r[n]['se']:.3f} ({r[n]['n']})" if n in r else "-"
@@ -213,13 +229,19 @@ class TeacherData:
   def __init__(self, recipe: "AgentRecipe", source, path):
     self.recipe, self.source, self.path = recipe, source, path
     scenes, counts = {}, {}  # scene_seed: its index in the source, its number of questions
+    ids = {}  # a benchmark's question ids: (scene_seed, question index)
+    limits = data_limits(recipe.c)
     for i in range(len(source)):
       example = source[i]
-      scenes[int(example["scene_seed"])] = i
-      counts[int(example["scene_seed"])] = len(scene_questions(example))
+      seed = int(example["scene_seed"])
+      questions = scene_questions(example, limits=limits)
+      scenes[seed], counts[seed] = i, len(questions)
+      ids.update({q["question_id"]: (seed, k) for k, q in enumerate(questions)
+                  if isinstance(q.get("question_id"), str)})
     # Each record's scene is in the split and 0 <= question < its count (else the file's
     # line and field are named).
-    records = teachers.read_trajectories(path, question_counts=counts)
+    records = teachers.read_trajectories(path, question_counts=counts,
+                                         question_ids=ids or None)
     self.records = [(scenes[r["scene_seed"]], r["question"], r["turns"]) for r in records]
     rows = np.arange(len(self.records))
     self.rows = rows[jax.process_index()::jax.process_count()]
@@ -236,7 +258,7 @@ class TeacherData:
     tasks = []
     for scene, question, _ in chosen:
       found = scene_tasks(self.source[scene], points=c.data.points,
-                          input_images=recipe.agent.input_views)
+                          input_images=recipe.agent.input_views, limits=data_limits(c))
       if question >= len(found):
         raise ValueError(f"SFT: scene {scene} has {len(found)} questions, no question "
                          f"{question}")
@@ -308,7 +330,7 @@ class AgentRecipe(Experiment):
     self.data_iterator = iter(task_batches(
         self.train_source, c.rl.prompts // jax.process_count(), seed=c.seed, num_epochs=None,
         shard=(jax.process_index(), jax.process_count()), points=c.data.points,
-        input_images=self.agent.input_views))
+        input_images=self.agent.input_views, limits=data_limits(c)))
 
   def phases(self):
     return make_phases(self.c, rl_steps(self.c, self.train_source))
@@ -376,26 +398,33 @@ class AgentRecipe(Experiment):
     per_process = c.eval.batch // jax.process_count()
     batches = task_batches(source, per_process, shuffle=False, drop_remainder=False,
                            shard=(jax.process_index(), jax.process_count()),
-                           points=c.data.points, input_images=self.agent.input_views)
-    counts = np.zeros((len(FAMILIES), 2))  # [correct, total] per family
+                           points=c.data.points, input_images=self.agent.input_views,
+                           limits=data_limits(c))
+    # Categories: the synthetic families, or a benchmark's raw categories (strings).
+    names = list(FAMILIES) if c.data.builder != "spatial_benchmark" else sorted({
+        q["category"] for i in range(len(source))
+        for q in scene_questions(source[i], limits=data_limits(c))})
+    counts = np.zeros((len(names), 2))  # [correct, total] per category
     seen = 0
     for tasks, meta in batches:
       if seen >= c.eval.tasks // jax.process_count():
         break
-      real = len(meta["family"])
+      family = (meta["family"] if "family" in meta else
+                np.asarray([names.index(str(k)) for k in meta["category"]]))
+      real = len(family)
       if real < per_process:  # one compiled shape: pad with repeats, drop after
         take = np.minimum(np.arange(per_process), real - 1)
         tasks = jax.tree.map(lambda x: x[take], tasks)
       traj = self.run(self.model, tasks, jax.random.PRNGKey(0), temperature=0.0,
                       mesh=self.mesh, evaluation=True)
       correct = local_rows(traj.reward_components[self.agent.accuracy_key])[:real] > 0
-      np.add.at(counts, (meta["family"], 0), correct)
-      np.add.at(counts, (meta["family"], 1), 1)
+      np.add.at(counts, (family, 0), correct)
+      np.add.at(counts, (family, 1), 1)
       seen += real
     from jax.experimental import multihost_utils  # pylint: disable=import-outside-toplevel
     counts = np.asarray(multihost_utils.process_allgather(counts)).reshape(
-        -1, len(FAMILIES), 2).sum(0)
-    rows = {name: counts[i] for i, name in enumerate(FAMILIES) if counts[i, 1] > 0}
+        -1, len(names), 2).sum(0)
+    rows = {name: counts[i] for i, name in enumerate(names) if counts[i, 1] > 0}
     rows["all"] = counts.sum(0)
     return counts_accuracy(rows)
 

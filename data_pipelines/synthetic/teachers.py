@@ -6,7 +6,10 @@ A trajectory file is JSON lines, one episode each:
   {"scene_seed": 1234, "question": 2, "turns": ["<think>...</think><tool_call>...", ...,
    "<think>...</think><answer>...</answer>"]}
 
-`question` indexes the scene's question list. Only the model's turns are stored: the job
+`question` indexes the scene's question list. On a benchmark's tasks
+(builders/spatial_benchmark.py) a record names its question by the benchmark's id instead:
+{"question_id": "scene0011_00-12", "turns": [...]} (what a converted teacher file holds:
+Act3D's and PERIA's trajectories carry their question's id). Only the model's turns are stored: the job
 replays them through the environment (forced tokens), so observations are rendered exactly
 as in rollouts and masked from the loss (the papers' SFT: Act3D's GPT-5.4 trajectories,
 PERIA's cold-start data, converted to this form).
@@ -82,12 +85,23 @@ def _got(value) -> str:
   return f"{type(value).__name__} {text[:60]}{'...' if len(text) > 60 else ''}"
 
 
-def _check_trajectory(path, number: int, record, question_counts) -> None:
+def _check_trajectory(path, number: int, record, question_counts, question_ids=None) -> None:
   """One parsed line: {'scene_seed': int, 'question': int, 'turns': [str, ...]} (bools are
-  not ints), paired with its scene when `question_counts` is given."""
+  not ints), paired with its scene when `question_counts` is given; or, with `question_ids`
+  ({id: (scene_seed, question index)}), {'question_id': str, 'turns': [...]}, which gains
+  its scene_seed and question."""
   if not isinstance(record, dict):
     raise TrajectoryError(path, number, "<line>", "expected a JSON object {'scene_seed': int, "
                           f"'question': int, 'turns': [str, ...]}}, got {_got(record)}")
+  if question_ids is not None and "question_id" in record:
+    qid = record["question_id"]
+    if not isinstance(qid, str):
+      raise TrajectoryError(path, number, "question_id", f"expected the benchmark's question "
+                            f"id, got {_got(qid)}")
+    if qid not in question_ids:
+      raise TrajectoryError(path, number, "question_id", f"expected the id of one of the "
+                            f"source's {len(question_ids)} questions, got {qid!r:.80}")
+    record["scene_seed"], record["question"] = question_ids[qid]
   for name in ("scene_seed", "question", "turns"):
     if name not in record:
       raise TrajectoryError(path, number, name, "missing")
@@ -122,7 +136,7 @@ def _check_trajectory(path, number: int, record, question_counts) -> None:
                           f"(scene {seed} has {question_counts[seed]} questions), got {question}")
 
 
-def read_trajectories(path, question_counts=None) -> list[dict]:
+def read_trajectories(path, question_counts=None, question_ids=None) -> list[dict]:
   """The records of a trajectory file; a malformed line raises a TrajectoryError naming the
   file, the line and the field. `question_counts` ({scene_seed: the scene's number of
   questions}, from the source the trajectories pair with): every record's scene is in it and
@@ -141,7 +155,7 @@ def read_trajectories(path, question_counts=None) -> list[dict]:
     except (ValueError, RecursionError) as error:  # JSONDecodeError; nesting too deep
       raise TrajectoryError(path, number, "<line>", f"expected a JSON object, got text that "
                             f"does not parse ({str(error)[:80]}): {line[:60]!r}") from None
-    _check_trajectory(path, number, record, question_counts)
+    _check_trajectory(path, number, record, question_counts, question_ids)
     out.append(record)
   if not out:
     raise TrajectoryError(path, 0, "<file>", "expected at least one trajectory, got none")

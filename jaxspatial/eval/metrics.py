@@ -30,7 +30,7 @@ from jaxspatial.rl.rewards import text as rules
 MRA_THRESHOLDS = np.linspace(0.50, 0.95, 10)
 LETTER_RULES = ("letter", "thinker3d", "vsibench")
 NUMBER_RULES = ("vsibench", "first_number")
-METRICS = ("accuracy", "mra", "exact_match")
+METRICS = ("accuracy", "mra", "exact_match", "relaxed_accuracy")
 _NUMBER = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?")
 
 
@@ -103,6 +103,26 @@ def mean_relative_accuracy(prediction, target, thresholds=MRA_THRESHOLDS,
   return hit.mean(axis=-1)
 
 
+def _chart_number(text: str) -> float | None:
+  """ChartQA's reading of a number: "12.5" -> 12.5, "40%" -> 0.4, else None."""
+  text = text.strip()
+  try:
+    return float(text[:-1]) / 100.0 if text.endswith("%") else float(text)
+  except ValueError:
+    return None
+
+
+def relaxed_correct(prediction: str | None, target: str, tolerance: float = 0.05) -> bool:
+  """ChartQA's relaxed accuracy: a numeric answer within `tolerance` relative error of a
+  numeric target (a zero target needs an exact zero), anything else equal ignoring case.
+  The prediction is the text's <answer> when it has one."""
+  guess = prediction_answer(prediction).strip()
+  wanted, got = _chart_number(target), _chart_number(guess)
+  if wanted is not None and got is not None:
+    return got == wanted if wanted == 0 else abs(got - wanted) / abs(wanted) <= tolerance
+  return guess.lower() == target.strip().lower()
+
+
 def score(metric: str, prediction, answer: str, answers: Sequence[str] = (),
           letter_rule: str = "letter", number_rule: str = "vsibench",
           inclusive: bool = False) -> float:
@@ -125,6 +145,8 @@ def score(metric: str, prediction, answer: str, answers: Sequence[str] = (),
                                         inclusive=inclusive))
   if metric == "exact_match":
     return float(rules.exact_match(prediction_answer(prediction), tuple(answers) or (answer,)))
+  if metric == "relaxed_accuracy":
+    return float(any(relaxed_correct(prediction, a) for a in (tuple(answers) or (answer,))))
   raise ValueError(f"score.metric: expected one of {METRICS}, got {metric!r}")
 
 

@@ -1,0 +1,169 @@
+"""The models `recipes.benchmark_run` evaluates: an OpenAI-compatible chat endpoint or a
+jaxspatial policy folder. Both answer a batch of tasks without tools (`answers`) and run the
+agent's episodes (`episodes`), returning one `Episode` per task row.
+
+- EndpointBackend: `perception.ChatEndpoint` (concurrency, retries, a request budget, the
+  key from an environment variable); the question's views as PNG data URLs; the seed as the
+  request's `seed`; episodes through `rollout.api_agent.api_rollout` (the agent's prompts,
+  host-parsed replies, the same environments).
+- PolicyBackend: a Hugging Face policy folder (`models.load_policy`); no-tools answers
+  through `serving.PromptBuilder` + `serving.Engine` (the chat template, images resized as
+  the processor does, generation under jit, one program per bucket); episodes as compiled
+  rollouts (`rollout.AgentRollout`), the seed as the rollout key.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxspatial.envs import decode_text
+from jaxspatial.perception.judge import ChatEndpoint
+from jaxspatial.rollout.api_agent import api_rollout, png_data_url
+from recipes.benchmark_run import Episode, question_views
+
+
+def _messages(system: str, views, question: str) -> list[dict]:
+  parts = [{"type": "image_url", "image_url": {"url": png_data_url(view)}} for view in views]
+  parts.append({"type": "text", "text": question})
+  return [{"role": "system", "content": system}, {"role": "user", "content": parts}]
+
+
+def _check_geometry(agent, source) -> None:
+  """Think3D's view tool renders the scene's cloud: a benchmark built without clouds needs
+  online reconstruction (the agent's `reconstruction`)."""
+  if getattr(agent, "name", "") != "think3d" or getattr(agent, "reconstruction", None):
+    return
+  for index in range(len(source)):
+    if len(source[index]["xyz"]) == 0:
+      raise ValueError("think3d: the benchmark was built without point clouds (geometry "
+                       "'none'): build it with --caches (Think3D's cache files, "
+                       "launch.reconstruct_scenes) or evaluate with --reconstruction BACKEND")
+
+
+class EndpointBackend:
+  """An OpenAI-compatible chat model."""
+
+  def __init__(self, endpoint: ChatEndpoint, temperature: float = 0.0,
+               answer_tokens: int = 64, turn_tokens: int = 1024):
+    self.endpoint = endpoint
+    self.temperature, self.answer_tokens, self.turn_tokens = (temperature, answer_tokens,
+                                                              turn_tokens)
+    self.name = endpoint.model
+
+  def describe(self) -> dict:
+    return {"kind": "endpoint", "url": self.endpoint.base_url, "model": self.endpoint.model,
+            "temperature": self.temperature, "requests": self.endpoint.stats()}
+
+  def check_agent(self, agent, source) -> None:
+    _check_geometry(agent, source)
+
+  def _seeded(self, seed: int):
+    base = dict(self.endpoint.extra_body)
+    self.endpoint.extra_body = {**base, "seed": int(seed)}
+    return base
+
+  def answers(self, tasks, prompts: list[str], seed: int) -> list[Episode]:
+    rows = len(prompts)
+    views = [question_views(tasks, r) for r in range(rows)]
+    questions = [decode_text(np.asarray(tasks.question_ids)[r]) for r in range(rows)]
+    requests = [{"messages": _messages(prompts[r], views[r], questions[r]),
+                 "temperature": self.temperature, "max_tokens": self.answer_tokens}
+                for r in range(rows)]
+    base = self._seeded(seed)
+    try:  # complete_many returns when the batch is done: the seed never changes under one
+      replies = self.endpoint.complete_many(requests)
+    finally:
+      self.endpoint.extra_body = base
+    return [Episode("", reply.strip(), views[r], [reply], requests=1)
+            for r, reply in enumerate(replies)]
+
+  def episodes(self, agent, tasks, seed: int) -> list[Episode]:
+    records = api_rollout(self.endpoint, agent, tasks, jax.random.PRNGKey(seed),
+                          max_tokens=self.turn_tokens, temperature=self.temperature,
+                          on_error="end")
+    return [Episode("", r["answer"].strip(), r["views"], r["turns"], r["requests"], r["error"])
+            for r in records]
+
+
+class PolicyBackend:
+  """A jaxspatial policy folder evaluated on this machine's devices."""
+
+  def __init__(self, folder, temperature: float = 0.0, answer_tokens: int = 64,
+               rollout: dict | None = None, max_batch: int = 8, dtype: str = "float32",
+               chat_format: str = "auto"):
+    # pylint: disable=import-outside-toplevel
+    import pathlib
+    from jaxspatial.models import chat as chat_lib
+    from jaxspatial.models.policy import load_policy
+    from jaxspatial.serving.engine import Engine
+    from jaxspatial.serving.prompt import PromptBuilder
+    self.folder = pathlib.Path(folder)
+    processor, self.model = load_policy(self.folder, dtype=jnp.dtype(dtype),
+                                        param_dtype=jnp.dtype(dtype))
+    self.tokenizer = getattr(processor, "tokenizer", processor)
+    self.chat = chat_lib.chat_format(chat_format, self.folder, self.tokenizer)
+    buckets = [1]
+    while buckets[-1] < max_batch:
+      buckets.append(min(2 * buckets[-1], max_batch))
+    self.engine = Engine(self.model, self.tokenizer, self.chat.stop_ids(self.tokenizer),
+                         buckets)
+    self.builder = PromptBuilder(self.tokenizer, self.model, self.chat)
+    self.temperature, self.answer_tokens = temperature, answer_tokens
+    self.rollout_settings = dict(rollout or {})
+    self.runs: dict = {}
+    self.name = self.folder.name
+
+  def describe(self) -> dict:
+    return {"kind": "checkpoint", "folder": str(self.folder), "temperature": self.temperature,
+            "programs": len(self.engine.programs)}
+
+  def check_agent(self, agent, source) -> None:
+    _check_geometry(agent, source)
+
+  def answers(self, tasks, prompts: list[str], seed: int) -> list[Episode]:
+    # pylint: disable=import-outside-toplevel
+    from jaxspatial.serving.engine import Sampling
+    from jaxspatial.serving.protocol import parse_request
+    rows = len(prompts)
+    views = [question_views(tasks, r) for r in range(rows)]
+    built = []
+    for r in range(rows):
+      question = decode_text(np.asarray(tasks.question_ids)[r])
+      request = parse_request({"model": self.name,
+                               "messages": _messages(prompts[r], views[r], question)})
+      built.append(self.builder.build(request))
+    sampling = Sampling(temperature=self.temperature)
+    key = jax.random.PRNGKey(seed)
+    out = []
+    for start in range(0, rows, self.engine.max_batch):
+      chunk = built[start:start + self.engine.max_batch]
+      tokens, _ = self.engine.generate(chunk, self.answer_tokens, sampling,
+                                       jax.random.fold_in(key, start))
+      for r, prompt in enumerate(chunk):
+        reply = self.engine.reply(tokens[r], len(prompt.ids), self.answer_tokens)
+        out.append(Episode("", reply.text.strip(), views[start + r], [reply.text],
+                           requests=1))
+    return out
+
+  def episodes(self, agent, tasks, seed: int) -> list[Episode]:
+    # pylint: disable=import-outside-toplevel
+    from jaxspatial.rollout.runner import AgentRollout
+    from jaxspatial.rollout.viewer import turn_texts
+    if agent.name not in self.runs:
+      self.runs[agent.name] = AgentRollout.create(agent, self.tokenizer, self.model,
+                                                  chat=self.chat, **self.rollout_settings)
+    run = self.runs[agent.name]
+    traj = run(self.model, tasks, jax.random.PRNGKey(seed), temperature=self.temperature,
+               evaluation=True)
+    answers = np.asarray(traj.answer)
+    images = np.asarray(traj.images)
+    given = np.asarray(traj.image_given)
+    texts = turn_texts(traj, self.tokenizer)
+    out = []
+    for b in range(answers.shape[0]):
+      answer = bytes(answers[b][answers[b] >= 0].astype(np.uint8)).decode("utf-8", "replace")
+      out.append(Episode("", answer.strip(), images[b][given[b].astype(bool)], texts[b],
+                         requests=len(texts[b])))
+    return out

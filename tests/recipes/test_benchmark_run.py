@@ -1,0 +1,262 @@
+"""launch.build_benchmark + launch.eval --benchmark end to end on the real MindCube-Tiny file
+(images written by the test in MindCube's layout): a scripted OpenAI-compatible server whose
+answers are known (per question and seed) gives per-category accuracy, n and spread that the
+test computes independently; with Think3D's agent the tools setting runs the agent's
+episodes (a view-tool call, then the answer) beside no_tools; and a tiny policy folder is
+evaluated on device (no tools and compiled Think3D rollouts)."""
+
+import base64
+import collections
+import hashlib
+import io
+import json
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from data_pipelines.caches import write_think3d_cache
+from data_pipelines.scene_caches import cache_name
+from jaxspatial.geometry import PointCloud
+from jaxspatial.rollout.agents import Think3DAgent
+from recipes import benchmark_run
+from tests.perception.chat_server import ChatServer
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+QUESTIONS = REPO.parent / "shared" / "data" / "benchmarks" / "mindcube_tiny_questions.jsonl"
+SEEDS = 3
+LETTERS = "ABCDEF"
+COUNTS = {"among": 600, "around": 250, "rotation": 200}
+
+pytestmark = pytest.mark.skipif(not QUESTIONS.exists(), reason="no MindCube-Tiny file")
+
+
+def _rows():
+  return [json.loads(line) for line in QUESTIONS.read_text().splitlines() if line.strip()]
+
+
+def _write_images(root: pathlib.Path, rows) -> None:
+  for row in rows:
+    for relative in row["images"]:
+      path = root / relative
+      if path.exists():
+        continue
+      digest = hashlib.sha256(relative.encode()).digest()
+      path.parent.mkdir(parents=True, exist_ok=True)
+      buffer = io.BytesIO()
+      Image.new("RGB", (8, 6), tuple(digest[:3])).save(buffer, format="JPEG")
+      path.write_bytes(buffer.getvalue())
+
+
+def _colour(relative: str) -> np.ndarray:
+  return np.asarray(list(hashlib.sha256(relative.encode()).digest()[:3]), np.int64)
+
+
+def _centre(url: str) -> np.ndarray:
+  """The centre pixel of a data-URL image."""
+  image = np.asarray(Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1])))
+                     .convert("RGB"))
+  return image[image.shape[0] // 2, image.shape[1] // 2].astype(np.int64)
+
+
+def _correct(question_id: str, seed: int) -> bool:
+  value = int(hashlib.sha256(question_id.encode()).hexdigest(), 16)
+  return (value + seed) % 3 != 0 if value % 2 == 0 else (value + seed) % 4 == 0
+
+
+def _run(module: str, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+  return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, capture_output=True,
+                        text=True, timeout=timeout, check=False)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+  """MindCube-Tiny built from the real question file: (data dir, rows, source folder)."""
+  root = tmp_path_factory.mktemp("mindcube")
+  rows = _rows()
+  _write_images(root / "source", rows)
+  done = _run("launch.build_benchmark", "--benchmark", "mindcube_tiny", "--source",
+              str(root / "source"), "--questions", str(QUESTIONS), "--data-dir",
+              str(root / "data"), "--width", "32", "--height", "24")
+  assert done.returncode == 0, done.stderr[-3000:]
+  # The builder's counts, printed per category, are the file's.
+  assert "1050 questions" in done.stdout
+  for category, n in COUNTS.items():
+    assert f"{category} {n}" in done.stdout
+  return root / "data", rows, root / "source"
+
+
+def _user_text(body) -> str:
+  return body["messages"][-1]["content"][-1]["text"] if isinstance(
+      body["messages"][-1]["content"], list) else body["messages"][-1]["content"]
+
+
+def test_no_tools_reproduces_scripted_accuracy(built, tmp_path):
+  data, rows, _ = built
+  by_text = collections.defaultdict(list)
+  for row in rows:
+    by_text[row["question"]].append(row)
+
+  def reply_fn(body):
+    parts = body["messages"][1]["content"]
+    text = parts[-1]["text"]
+    # Questions repeat texts over image sets: the row is the one whose images' colours the
+    # request's images carry, in order (each image a solid colour from its path's hash).
+    shown = [_centre(part["image_url"]["url"]) for part in parts[:-1]]
+    row = min((r for r in by_text[text] if len(r["images"]) == len(shown)),
+              key=lambda r: sum(np.abs(_colour(i) - c).sum() for i, c in zip(r["images"],
+                                                                             shown)))
+    assert all(np.abs(_colour(i) - c).max() <= 8 for i, c in zip(row["images"], shown))
+    answer, seed = row["gt_answer"], body["seed"]
+    if _correct(row["id"], seed):
+      return f" {answer}"
+    options = max(k + 1 for k, c in enumerate(LETTERS) if f" {c}. " in row["question"])
+    wrong = [c for c in LETTERS[:options] if c != answer]
+    return wrong[seed % len(wrong)]
+
+  out = tmp_path / "out"
+  with ChatServer() as server:
+    server.reply_fn = reply_fn
+    done = _run("launch.eval", "--benchmark", "mindcube_tiny", "--data_dir", str(data),
+                "--endpoint", server.base_url, "--model", "scripted", "--seeds", str(SEEDS),
+                "--out", str(out), "--api_key_env", "JAXSPATIAL_TEST_UNSET_KEY")
+    requests = list(server.requests)
+  assert done.returncode == 0, done.stderr[-3000:]
+  assert len(requests) == len(rows) * SEEDS
+  assert {r["body"]["messages"][0]["content"] for r in requests} == {
+      benchmark_run.LETTER_PROMPT}
+
+  per_category = collections.defaultdict(lambda: collections.defaultdict(list))
+  for row in rows:
+    for seed in range(SEEDS):
+      per_category[row["id"].split("_")[0]][seed].append(float(_correct(row["id"], seed)))
+  results = json.loads((out / "results.json").read_text())
+  assert list(results["categories"]) == ["rotation", "around", "among"]
+  for category, seeds in per_category.items():
+    values = [np.mean(seeds[s]) for s in range(SEEDS)]
+    entry = results["categories"][category]
+    assert entry["n"] == COUNTS[category]
+    assert entry["accuracy"] == pytest.approx(np.mean(values), abs=1e-12)
+    assert entry["std"] == pytest.approx(np.std(values, ddof=1), abs=1e-12)
+  overall = [np.mean([_correct(r["id"], s) for r in rows]) for s in range(SEEDS)]
+  assert results["overall"]["accuracy"] == pytest.approx(np.mean(overall), abs=1e-12)
+  predictions = (out / "predictions.jsonl").read_text().splitlines()
+  assert len(predictions) == len(rows) * SEEDS
+  page = (out / "episodes.html").read_text()
+  assert page.count("class=q>") == 50 and "views/00000_no_tools_0.png" in page
+  assert (out / "views" / "00000_no_tools_0.png").exists()
+  assert "Rotation" in (out / "results.md").read_text()
+
+
+def _caches(rows, folder: pathlib.Path) -> None:
+  """A Think3D cache per image set of the first questions (a small coloured cloud) and the
+  manifest scene_caches writes."""
+  sets = {}
+  for row in rows:
+    sets.setdefault(tuple(row["images"]), []).append(row["id"])
+  rng = np.random.default_rng(0)
+  manifest = {"format": "think3d-cache", "backend": "test", "sets": [], "failed": []}
+  for images, ids in sets.items():
+    name = cache_name(images)
+    xyz = rng.uniform(-1, 1, (256, 3)).astype(np.float32) + np.float32([0, 0, 3])
+    poses = np.tile(np.eye(4, dtype=np.float32), (len(images), 1, 1))
+    write_think3d_cache(folder / name, PointCloud.create(xyz, rng.uniform(0, 1, (256, 3))
+                                                         .astype(np.float32)), poses, images)
+    manifest["sets"].append({"images": list(images), "cache": name, "questions": ids})
+  (folder / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_tools_and_no_tools_side_by_side(tmp_path):
+  """Think3D's episodes from an endpoint: turn 1 asks for a view, turn 2 answers (right
+  for even seeds' scripted questions); the two settings and their difference."""
+  rows = [r for r in _rows() if r["id"].startswith("rotation")][:6]
+  questions = tmp_path / "questions.jsonl"
+  questions.write_text("".join(json.dumps(r) + "\n" for r in rows))
+  _write_images(tmp_path / "source", rows)
+  (tmp_path / "caches").mkdir()
+  _caches(rows, tmp_path / "caches")
+  done = _run("launch.build_benchmark", "--benchmark", "mindcube_tiny", "--source",
+              str(tmp_path / "source"), "--questions", str(questions), "--data-dir",
+              str(tmp_path / "data"), "--width", "64", "--height", "48", "--caches",
+              str(tmp_path / "caches"))
+  assert done.returncode == 0, done.stderr[-3000:]
+  writer = Think3DAgent()
+  by_text = {r["question"]: r for r in rows}
+
+  def reply_fn(body):
+    messages = body["messages"]
+    first = messages[1]["content"]
+    text = "".join(p.get("text", "") for p in first) if isinstance(first, list) else first
+    row = next(r for q, r in by_text.items() if q in text)
+    if messages[0]["content"] == benchmark_run.LETTER_PROMPT:
+      return "A"  # no tools: always A
+    if sum(m["role"] == "assistant" for m in messages) == 0:
+      return writer.call_turn("Look from the left.", camera=1, azimuth=-45, elevation=30)
+    return writer.answer_turn("Seen.", row["gt_answer"])
+
+  out = tmp_path / "out"
+  with ChatServer() as server:
+    server.reply_fn = reply_fn
+    done = _run("launch.eval", "--benchmark", "mindcube_tiny", "--data_dir",
+                str(tmp_path / "data"), "--endpoint", server.base_url, "--model", "scripted",
+                "--agent", "think3d", "--seeds", "2", "--out", str(out), "--api_key_env",
+                "JAXSPATIAL_TEST_UNSET_KEY", "--config", "configs/think3d_rl.py:cpu",
+                "--config.agent.width=64", "--config.agent.height=48")
+  assert done.returncode == 0, done.stderr[-3000:]
+  results = json.loads((out / "results.json").read_text())
+  expected_no_tools = np.mean([r["gt_answer"] == "A" for r in rows])
+  assert results["settings"]["tools"]["overall"]["accuracy"] == pytest.approx(1.0)
+  assert results["settings"]["no_tools"]["overall"]["accuracy"] == pytest.approx(
+      expected_no_tools)
+  page = (out / "episodes.html").read_text()
+  assert "<tool_call>" in page or "tool_call" in page
+  # The tools episodes saw the input views and a rendered view.
+  assert len(list((out / "views").glob("*_tools_*.png"))) > len(
+      list((out / "views").glob("*_no_tools_*.png")))
+
+
+def test_policy_folder_on_device(tmp_path):
+  """A tiny Qwen2.5-VL folder as the backend: no-tools answers through the serving engine
+  and Think3D's compiled rollouts, both settings scored and written."""
+  from jaxspatial import models  # pylint: disable=import-outside-toplevel
+  from jaxspatial.models.qwen2_5_vl.tokenizer import save_processor  # pylint: disable=import-outside-toplevel
+  from jaxspatial.rollout import tiny  # pylint: disable=import-outside-toplevel
+  from tests import chat_templates  # pylint: disable=import-outside-toplevel
+  rows = [r for r in _rows() if r["id"].startswith("around")][:3]
+  questions = tmp_path / "questions.jsonl"
+  questions.write_text("".join(json.dumps(r) + "\n" for r in rows))
+  _write_images(tmp_path / "source", rows)
+  (tmp_path / "caches").mkdir()
+  _caches(rows, tmp_path / "caches")
+  done = _run("launch.build_benchmark", "--benchmark", "mindcube_tiny", "--source",
+              str(tmp_path / "source"), "--questions", str(questions), "--data-dir",
+              str(tmp_path / "data"), "--width", "56", "--height", "56", "--caches",
+              str(tmp_path / "caches"))
+  assert done.returncode == 0, done.stderr[-3000:]
+  folder = tmp_path / "policy"
+  tok = tiny.tokenizer()
+  model = tiny.model(tok, "qwen2_5_vl", seed=3)
+  models.export(model, folder)
+  tok.chat_template = chat_templates.INSTRUCT
+  save_processor(folder, tok, model)
+  chat_templates.write_generation_config(folder, tok)
+  out = tmp_path / "out"
+  done = _run("launch.eval", "--benchmark", "mindcube_tiny", "--data_dir",
+              str(tmp_path / "data"), "--checkpoint", str(folder), "--agent", "think3d",
+              "--seeds", "1", "--batch", "4", "--out", str(out), "--config",
+              "configs/think3d_rl.py:cpu", "--config.agent.width=56",
+              "--config.agent.height=56")
+  assert done.returncode == 0, done.stderr[-3000:]
+  results = json.loads((out / "results.json").read_text())
+  assert set(results["settings"]) == {"no_tools", "tools"}
+  for setting in ("no_tools", "tools"):
+    assert results["settings"][setting]["overall"]["n"] == len(rows)
+  predictions = [json.loads(line) for line in
+                 (out / "predictions.jsonl").read_text().splitlines()]
+  assert len(predictions) == 2 * len(rows)
+  run = json.loads((out / "run.json").read_text())
+  assert run["backend"]["kind"] == "checkpoint" and run["agent"] == "think3d"
+  assert (out / "episodes.html").read_text().count("class=q>") == len(rows)
