@@ -18,7 +18,12 @@ prepared under DIR (mindcube, mindcube_tiny, blink_mv, vsibench, vsibench_tiny, 
 the model answers each question without tools and, with an agent, runs the agent's
 episodes (the agent block of its paper's config, or of `--config`), once per seed; writes
 OUT/results.json, results.md (the paper's layout), predictions.jsonl, episodes.html and
-run.json. An endpoint's key is read from the environment variable `--api-key-env` names.
+run.json. An endpoint's key is read from the environment variable `--api_key_env` names.
+`--judge_endpoint URL --judge_model NAME`: open answers (ScanQA, SQA3D) scored by an LLM
+judge's verdict (Act3D's evaluation judge: temperature 0, 4 tokens). Think3D on a benchmark
+built without clouds: `--config.reconstruction.backend=pi3
+--config.reconstruction.checkpoint=DIR` reconstructs each question's views online; PERIA's
+perception tools: `--config.perception.tools=...` (a --checkpoint backend).
 """
 
 from __future__ import annotations
@@ -61,25 +66,28 @@ _MAX_REQUESTS = flags.DEFINE_integer("max_requests", None, "the request budget")
 _API_KEY_ENV = flags.DEFINE_string("api_key_env", "OPENAI_API_KEY",
                                    "the environment variable holding the endpoint's key")
 _TOOLS_ONLY = flags.DEFINE_bool("tools_only", False, "skip the no-tools setting")
+_JUDGE_ENDPOINT = flags.DEFINE_string("judge_endpoint", None, "an OpenAI-compatible judge of "
+                                      "open answers (Act3D: Qwen3-30B-A3B-Instruct)")
+_JUDGE_MODEL = flags.DEFINE_string("judge_model", None, "the judge endpoint's model")
+_JUDGE_KEY_ENV = flags.DEFINE_string("judge_api_key_env", "OPENAI_API_KEY",
+                                     "the environment variable holding the judge's key")
 
 
 def _benchmark() -> dict:
   # pylint: disable=import-outside-toplevel
   from jaxspatial.perception.judge import ChatEndpoint
-  from jaxspatial.rollout.registry import make_agent
-  from recipes.benchmark_backends import EndpointBackend, PolicyBackend
+  from jaxspatial.perception.judges import make_judge
+  from recipes.benchmark_backends import EndpointBackend, PolicyBackend, benchmark_agent
   from recipes.benchmark_run import run_benchmark
   if not _OUT.value:
     raise app.UsageError("--benchmark needs --out DIR")
   if bool(_ENDPOINT.value) == bool(_CHECKPOINT.value):
     raise app.UsageError("--benchmark needs one backend: --checkpoint HF_FOLDER or "
                          "--endpoint URL --model NAME")
-  agent = config = None
+  config = None
   if _AGENT.value != "none":
     config = (_CONFIG.value if "--config" in " ".join(sys.argv) else
               importlib.import_module(AGENT_CONFIGS[_AGENT.value]).get_config("reference"))
-    agent = make_agent(config.agent, config.rollout.max_turns, config.reward.get("weights",
-                                                                                 {}))
   if _ENDPOINT.value:
     if not _MODEL.value:
       raise app.UsageError("--endpoint needs --model")
@@ -92,10 +100,17 @@ def _benchmark() -> dict:
     rollout = dict(config.rollout) if config is not None else {}
     backend = PolicyBackend(_CHECKPOINT.value, temperature=_TEMPERATURE.value,
                             rollout=rollout)
+  agent = None if config is None else benchmark_agent(config, backend)
   settings = ("tools",) if _TOOLS_ONLY.value else None
+  judge = None
+  if _JUDGE_ENDPOINT.value:
+    judge = make_judge({"url": _JUDGE_ENDPOINT.value, "model": _JUDGE_MODEL.value or "",
+                        "api_key_env": _JUDGE_KEY_ENV.value or None},
+                       "peria" if _AGENT.value == "peria" else "act3d_eval")
   return run_benchmark(_BENCHMARK.value, _DATA_DIR.value, _OUT.value, backend, agent=agent,
                        seeds=tuple(range(_SEEDS.value)), split=_SPLIT.value or "test",
-                       limit=_LIMIT.value, batch=_BATCH.value, settings=settings)
+                       limit=_LIMIT.value, batch=_BATCH.value, settings=settings,
+                       judge=judge)
 
 
 def main(argv) -> None:

@@ -167,3 +167,28 @@ class PolicyBackend:
       out.append(Episode("", answer.strip(), images[b][given[b].astype(bool)], texts[b],
                          requests=len(texts[b])))
     return out
+
+
+def benchmark_agent(config, backend):
+  """The tool agent of a paper config (its `agent`, `rollout.max_turns`, `reward` blocks)
+  with the config's online reconstruction (Think3D on benchmarks without clouds: VSI-Bench's
+  sampled frames) and perception tools (PERIA; they need a policy's tokenizer, so a policy
+  backend)."""
+  # pylint: disable=import-outside-toplevel
+  from jaxspatial.rollout.registry import make_agent
+  from recipes.agents import make_perception, make_reconstruction
+  agent = make_agent(config.agent, config.rollout.max_turns,
+                     config.reward.get("weights", {}))
+  reconstruction = make_reconstruction(config, agent.name)
+  if reconstruction is not None:
+    agent = agent.with_reconstruction(reconstruction)
+  if tuple(config.perception.tools):
+    if not isinstance(backend, PolicyBackend):
+      raise ValueError("perception.tools: an endpoint's episodes run without host perception "
+                       "tools (their results are tokenised for a policy); evaluate a "
+                       "--checkpoint, or drop --config.perception.tools")
+    if agent.name != "peria":
+      raise ValueError(f"perception.tools: only PERIA's agent calls perception tools, not "
+                       f"{agent.name}")
+    agent = agent.with_perception(make_perception(config, backend.tokenizer))
+  return agent

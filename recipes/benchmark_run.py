@@ -50,6 +50,7 @@ from data_pipelines.readers.common import BenchmarkQuestion
 from jaxspatial.envs import decode_text
 from jaxspatial.eval import metrics
 from jaxspatial.geometry import bucket_size
+from jaxspatial.rollout.episode import ANSWER_BYTES
 from recipes.benchmark_eval import evaluate_predictions
 
 # A protocol evaluated on another benchmark's tasks (Think3D's VSI-Bench-tiny: VSI-Bench's
@@ -191,12 +192,26 @@ def episodes_html(questions: dict[str, BenchmarkQuestion], episodes: dict[str, l
   return "\n".join(parts)
 
 
+def judge_verdicts(judge, tasks, texts: Sequence[str]) -> np.ndarray:
+  """bool [len(texts)]: the judge's verdict on each row's answer text against the task's
+  reference answers (the rollout's host-judge signature)."""
+  answers = np.full((len(texts), ANSWER_BYTES), -1, np.int32)
+  for row, text in enumerate(texts):
+    data = np.frombuffer(text.encode("utf-8")[:ANSWER_BYTES], np.uint8)
+    answers[row, :len(data)] = data
+  rows = len(texts)
+  return np.asarray(judge(np.asarray(tasks.question_ids)[:rows], answers,
+                          np.asarray(tasks.answer_ids)[:rows]), bool).reshape(rows)
+
+
 def run_benchmark(benchmark: str, data_dir, out_dir, backend, *, agent=None,
                   seeds: Sequence[int] = (0, 1, 2), split: str = "test",
                   limit: int | None = None, batch: int = 16, settings=None,
-                  episodes: int = 50, title: str | None = None) -> dict:
+                  episodes: int = 50, title: str | None = None, judge=None) -> dict:
   """Evaluates `backend` on the prepared benchmark; returns the results document.
-  `settings` defaults to ("no_tools", "tools") with an agent, ("no_tools",) without."""
+  `settings` defaults to ("no_tools", "tools") with an agent, ("no_tools",) without.
+  `judge` (an `LLMJudge`, e.g. Act3D's evaluation judge): open questions (the protocol's
+  exact-match metric) score its verdict instead of exact match."""
   spec = named_protocol(benchmark)
   source = load_benchmark(DATASETS.get(benchmark, benchmark), data_dir, split)
   questions = spec.select(stored_questions(source, benchmark))
@@ -217,6 +232,7 @@ def run_benchmark(benchmark: str, data_dir, out_dir, backend, *, agent=None,
   points = _max_points(source)
   out = pathlib.Path(out_dir)
   predictions: dict = {s: {} for s in settings}
+  judged: dict = {}  # (setting, seed, question id) -> the judge's verdict
   shown: dict[str, list[Episode]] = {}
   rows: list[str] = []
   start = time.perf_counter()
@@ -232,17 +248,23 @@ def run_benchmark(benchmark: str, data_dir, out_dir, backend, *, agent=None,
         else:
           prompts = [system_prompt(spec, by_id[i]) for i in ids]
           results = backend.answers(tasks, prompts, seed)
-        for qid, episode in zip(ids, results[:real]):
+        verdicts = None
+        if judge is not None and any(spec.metric(by_id[i]) == "exact_match" for i in ids):
+          verdicts = judge_verdicts(judge, tasks, [e.prediction for e in results[:real]])
+        for k, (qid, episode) in enumerate(zip(ids, results[:real])):
           episode.question_id = qid
           answers[qid] = episode.prediction
+          if verdicts is not None and spec.metric(by_id[qid]) == "exact_match":
+            judged[(setting, int(seed), qid)] = float(verdicts[k])
           if seed == seeds[0] and len(kept) < episodes:
             kept.append(episode)
-      predictions[setting][int(seed)] = answers
+      predictions[setting][int(seed)] = {
+          qid: judged.get((setting, int(seed), qid), text) for qid, text in answers.items()}
       for qid, text in answers.items():
         q = by_id[qid]
-        score = metrics.score(spec.metric(q), text, q.answer, q.answers,
-                              letter_rule=spec.letter_rule, number_rule=spec.number_rule,
-                              inclusive=spec.inclusive)
+        score = metrics.score(spec.metric(q), predictions[setting][int(seed)][qid], q.answer,
+                              q.answers, letter_rule=spec.letter_rule,
+                              number_rule=spec.number_rule, inclusive=spec.inclusive)
         rows.append(json.dumps({"setting": setting, "seed": int(seed), "question_id": qid,
                                 "category": spec.category(q), "reference": q.answer,
                                 "prediction": text, "score": float(score)}))
@@ -259,6 +281,7 @@ def run_benchmark(benchmark: str, data_dir, out_dir, backend, *, agent=None,
   run = {"benchmark": benchmark, "split": split, "backend": backend.describe(),
          "agent": getattr(agent, "name", None), "settings": list(settings),
          "seeds": [int(s) for s in seeds], "questions": len(questions),
+         "judge": None if judge is None else type(judge).__name__,
          "seconds": round(time.perf_counter() - start, 3)}
   _write_atomic(out / "run.json", json.dumps(run, indent=2) + "\n")
   return document

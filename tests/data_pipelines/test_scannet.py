@@ -453,6 +453,14 @@ def test_scanqa_validation_every_scene(tmp_path):
       assert q["answers"] == row["answers"] and q["answer"] == row["answers"][0]
       assert q["answer_objects"] == sorted({ids.index(i) for i in row["object_ids"]})
       assert q["question"] == row["question"] and q["category"] == "open"
+  # Every stored record passes the loader at the benchmarks' task sizes: one task a question.
+  from data_pipelines.builders import BENCHMARK_LIMITS  # pylint: disable=import-outside-toplevel
+  from data_pipelines.loader import scene_tasks  # pylint: disable=import-outside-toplevel
+  tasks = [scene_tasks(scene.example(i), limits=BENCHMARK_LIMITS)
+           for i, scene in enumerate(scenes)]
+  assert sum(map(len, tasks)) == 4675
+  first = tasks[0][0][0]
+  assert first.answer_ids.shape == (BENCHMARK_LIMITS.answers, BENCHMARK_LIMITS.answer_bytes)
 
 
 # --- SQA3D ---------------------------------------------------------------------------------

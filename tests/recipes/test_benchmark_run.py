@@ -260,3 +260,108 @@ def test_policy_folder_on_device(tmp_path):
   run = json.loads((out / "run.json").read_text())
   assert run["backend"]["kind"] == "checkpoint" and run["agent"] == "think3d"
   assert (out / "episodes.html").read_text().count("class=q>") == len(rows)
+
+
+SCANQA = REPO.parent / "shared" / "data" / "benchmarks" / "scanqa_v1.0_val.json"
+
+
+@pytest.mark.skipif(not SCANQA.exists(), reason="no ScanQA file")
+def test_scanqa_act3d_episodes_judged(tmp_path):
+  """ScanQA on ScanNet-layout scans: Act3D's episodes from an endpoint (one camera move, then
+  the answer: the reference for even questions, a wrong phrase for odd ones) and no-tools
+  answers (always the reference), both scored by a judge endpoint's verdicts."""
+  from jaxspatial.rollout.agents import Act3DAgent  # pylint: disable=import-outside-toplevel
+  from tests.data_pipelines.test_scannet import tiny_scan  # pylint: disable=import-outside-toplevel
+  records = json.loads(SCANQA.read_text())
+  scenes = list(dict.fromkeys(r["scene_id"] for r in records))[:2]
+  rows = [r for s in scenes for r in [r for r in records if r["scene_id"] == s][:3]]
+  source = tmp_path / "source"
+  source.mkdir()
+  (source / "ScanQA_v1.0_val.json").write_text(json.dumps(rows))
+  rng = np.random.default_rng(0)
+  for scene in scenes:
+    ids = sorted({i for r in rows if r["scene_id"] == scene for i in r["object_ids"]})
+    tiny_scan(source / "scans", scene, [(i, f"object{i}") for i in ids], rng)
+  done = _run("launch.build_benchmark", "--benchmark", "scanqa", "--source", str(source),
+              "--data-dir", str(tmp_path / "data"), "--width", "64", "--height", "48")
+  assert done.returncode == 0, done.stderr[-3000:]
+  assert f"{len(rows)} questions" in done.stdout
+  writer = Act3DAgent()
+  good = {r["question"]: k % 2 == 0 for k, r in enumerate(rows)}
+  answers = {r["question"]: r["answers"][0] for r in rows}
+
+  def reply_fn(body):
+    messages = body["messages"]
+    first = messages[1]["content"]
+    text = "".join(p.get("text", "") for p in first) if isinstance(first, list) else first
+    question = next(q for q in answers if q in text)
+    if messages[0]["content"] == benchmark_run.PHRASE_PROMPT:
+      return answers[question]
+    if sum(m["role"] == "assistant" for m in messages) == 0:
+      return writer.call_turn("Step closer.", "forward", 0.5)
+    return writer.answer_turn("Seen.", answers[question] if good[question] else "zebra")
+
+  out = tmp_path / "out"
+  with ChatServer() as agent_server, ChatServer() as judge_server:
+    agent_server.reply_fn = reply_fn
+    done = _run("launch.eval", "--benchmark", "scanqa", "--data_dir", str(tmp_path / "data"),
+                "--endpoint", agent_server.base_url, "--model", "scripted", "--agent",
+                "act3d", "--seeds", "1", "--out", str(out), "--api_key_env",
+                "JAXSPATIAL_TEST_UNSET_KEY", "--judge_endpoint", judge_server.base_url,
+                "--judge_model", "judge", "--judge_api_key_env", "JAXSPATIAL_TEST_UNSET_KEY",
+                "--config", "configs/act3d_grpo.py:cpu")
+    judged = len(judge_server.requests)
+  assert done.returncode == 0, done.stderr[-3000:]
+  assert judged == 2 * len(rows)  # every answer of both settings went to the judge
+  results = json.loads((out / "results.json").read_text())
+  assert results["settings"]["no_tools"]["overall"]["accuracy"] == pytest.approx(1.0)
+  assert results["settings"]["tools"]["overall"]["accuracy"] == pytest.approx(
+      np.mean(list(good.values())))
+  page = (out / "episodes.html").read_text()
+  assert "forward" in page and page.count("class=q>") == len(rows)
+
+
+def test_failed_request_keeps_the_finished_seeds(built, tmp_path):
+  """A request that fails for good stops the run after the seeds already written; the
+  endpoint's seed field is restored."""
+  from jaxspatial.perception.judge import ChatEndpoint, JudgeError  # pylint: disable=import-outside-toplevel
+  from recipes.benchmark_backends import EndpointBackend  # pylint: disable=import-outside-toplevel
+  data, _, _ = built
+
+  def reply_fn(body):
+    if body["seed"] == 1:
+      raise RuntimeError("scripted failure")  # the server drops the connection
+    return "B"
+
+  with ChatServer() as server:
+    server.reply_fn = reply_fn
+    endpoint = ChatEndpoint(server.base_url, "m", api_key_env=None, retries=0, concurrency=2)
+    with pytest.raises(JudgeError):
+      benchmark_run.run_benchmark("mindcube_tiny", data, tmp_path / "out",
+                                  EndpointBackend(endpoint), seeds=(0, 1), limit=4)
+  assert endpoint.extra_body == {}
+  kept = [json.loads(line) for line in (tmp_path / "out" / "predictions.jsonl").read_text()
+          .splitlines()]
+  assert [(r["seed"], r["prediction"]) for r in kept] == [(0, "B")] * 4
+  assert not (tmp_path / "out" / "results.json").exists()
+
+
+def test_missing_backend_and_unprepared_benchmark(tmp_path):
+  done = _run("launch.eval", "--benchmark", "mindcube_tiny", "--data_dir", str(tmp_path),
+              "--out", str(tmp_path / "out"))
+  assert done.returncode != 0 and "--checkpoint HF_FOLDER or --endpoint URL" in done.stderr
+  done = _run("launch.eval", "--benchmark", "mindcube_tiny", "--data_dir", str(tmp_path),
+              "--endpoint", "http://127.0.0.1:9/v1", "--model", "m", "--out",
+              str(tmp_path / "out"), "--api_key_env", "")
+  assert done.returncode != 0
+  assert "launch.build_benchmark --benchmark mindcube_tiny" in done.stderr
+
+
+def test_think3d_needs_clouds_or_reconstruction(built, tmp_path):
+  from jaxspatial.perception.judge import ChatEndpoint  # pylint: disable=import-outside-toplevel
+  from recipes.benchmark_backends import EndpointBackend  # pylint: disable=import-outside-toplevel
+  data, _, _ = built
+  backend = EndpointBackend(ChatEndpoint("http://127.0.0.1:9/v1", "m", api_key_env=None))
+  with pytest.raises(ValueError, match="without point clouds.*--caches.*reconstruction"):
+    benchmark_run.run_benchmark("mindcube_tiny", data, tmp_path / "out", backend,
+                                agent=Think3DAgent(), settings=("tools",), limit=2)
