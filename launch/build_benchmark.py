@@ -7,8 +7,8 @@
 NAME: mindcube, mindcube_tiny, blink_mv, vsibench, scanqa, sqa3d, chartqa, hrbench (what
 each expects under DIR: data_pipelines/builders/spatial_benchmark.py). Prints the scenes,
 questions and questions per category of each split. Cost on a 2-core CPU: MindCube-Tiny
-(1,050 questions) a few minutes for its images; ScanQA val (71 scans) about a minute a scan
-for reading, subsampling and rendering the initial view.
+(1,050 questions, 408 image sets at 640 x 480) 91 s; a ScanNet scan about 2 s (300k
+vertices read, subsampled to 200k points, 184 candidate views rendered for the initial one).
 """
 
 from __future__ import annotations

@@ -85,8 +85,13 @@ def _benchmark() -> dict:
     raise app.UsageError("--benchmark needs one backend: --checkpoint HF_FOLDER or "
                          "--endpoint URL --model NAME")
   config = None
+  given = any(a == "--config" or a.startswith("--config=") for a in sys.argv[1:])
+  if not given and any(a.startswith("--config.") for a in sys.argv[1:]):
+    name = AGENT_CONFIGS.get(_AGENT.value, "configs.<paper>").split(".")[-1]
+    raise app.UsageError("--config.KEY overrides need the config they change: pass "
+                         f"--config configs/{name}.py with them")
   if _AGENT.value != "none":
-    config = (_CONFIG.value if "--config" in " ".join(sys.argv) else
+    config = (_CONFIG.value if given else
               importlib.import_module(AGENT_CONFIGS[_AGENT.value]).get_config("reference"))
   if _ENDPOINT.value:
     if not _MODEL.value:
