@@ -1,11 +1,14 @@
 r"""3DThinker stage 2: GRPO with format + answer + latent-similarity rewards.
 
+    python -m launch.train --config configs/thinker3d_stage2.py \
+        --config.init_from=outputs/thinker3d_stage1 \
+        --config.model.checkpoint=/models/Qwen2.5-VL-3B-Instruct \
+        --config.data.jsonl=/data/3DThinker/data/train.jsonl \
+        --config.data.image_root=/data/3DThinker \
+        --config.data.features=/data/3DThinker/data \
+        --config.data.eval_jsonl=/data/MindCube_tinybench_raw_qa.jsonl \
+        --config.data.eval_image_root=/data/MindCube/data
     python -m launch.train --config configs/thinker3d_stage2.py:cpu [--config.key=value]
-
-Cost (`cpu`): 3m05s with stage 1 on a 2-core CPU (`make thinker3d`); it starts from the
-stage-1 checkpoint `init_from` names (configs/thinker3d_stage1.py:cpu): LoRA r 8 on the
-tiny policy's linear layers and LM head, 4 prompts x 8 generations per step, 40 steps;
-rewards inside the compiled rollout.
 
 `reference` (the default) holds the published setting (public code): Qwen2.5-VL-3B with
 LoRA r 64 / alpha 128 / dropout 0.05 on every linear layer of the language model and its
@@ -15,13 +18,23 @@ decay, eps 0.2, num_iterations 1 (so the ratio is 1 and the clip is inactive), s
 1e-4, per-sequence token mean then batch mean, reference = the policy with LoRA disabled,
 temperature 1.0 (the trainer's generation config; its 0.9 default is unused),
 projector frozen from stage 1; with no latent block the latent reward scores the hidden
-states after the assistant header; 8 GPUs, ZeRO-3. The launch refuses it here (no
-Qwen2.5-VL-3B weights or 3DThinker data).
+states after the assistant header; 8 GPUs, ZeRO-3. It starts from stage 1's workdir
+(`init_from`: the policy and projector) over the architecture and tokenizer of
+`model.checkpoint` (the same folder stage 1 started from), on the same rows as stage 1
+(the public conversion keeps text_input as the problem, answer as the response, the
+frames and idx: the prompt is stage 1's), the latent reward against each row's VGGT
+features. Its inputs and where to get them: configs/thinker3d_stage1.py.
+
+Cost (`cpu`): 3m05s with stage 1 on a 2-core CPU (`make thinker3d`); it starts from the
+stage-1 checkpoint `init_from` names (configs/thinker3d_stage1.py:cpu): LoRA r 8 on the
+tiny policy's linear layers and LM head, 4 prompts x 8 generations per step, 40 steps;
+rewards inside the compiled rollout.
 """
 
 import ml_collections
 
-from configs.thinker3d_stage1 import REFERENCE_MODEL, TRAINER, cpu_settings, trainer_settings
+from configs.thinker3d_stage1 import (REFERENCE_MODEL, REFERENCE_PROJECTOR, TRAINER,
+                                      cpu_settings, reference_data, trainer_settings)
 
 
 def get_config(variant: str = "reference") -> ml_collections.ConfigDict:
@@ -49,7 +62,10 @@ def get_config(variant: str = "reference") -> ml_collections.ConfigDict:
     c.eval = dict(batch=8)
     c.workdir = "outputs/thinker3d_stage2"
     c.init_from = "outputs/thinker3d_stage1"
-    c.model = dict(REFERENCE_MODEL, lora=lora)
+    c.model = dict(REFERENCE_MODEL, checkpoint="", lora=lora)
+    c.data = reference_data()
+    c.projector = dict(REFERENCE_PROJECTOR)  # stage 1's, restored from init_from
+    c.loss = dict(ce_weight=0.1, alignment_weight=0.0005, mode="mse")
     c.rollout = dict(temperature=1.0, max_new_tokens=2048)
     return c
   if variant != "cpu":

@@ -1,4 +1,5 @@
-"""3DThinker on the synthetic three-view task (data_pipelines/synthetic/thinker3d.py).
+"""3DThinker's two stages (configs/thinker3d_stage1.py, thinker3d_stage2.py), on the published
+data (variant `reference`) or on the synthetic three-view task (`cpu`).
 
     python -m launch.train --config configs/thinker3d_stage1.py:cpu   # SFT + latent alignment
     python -m launch.train --config configs/thinker3d_stage2.py:cpu   # GRPO from stage 1
@@ -8,9 +9,23 @@ Stage 1 trains the policy and the 3D projector (vision tower frozen) on
 (its linear layers and LM head, as `model.lora.targets` lists) and runs GRPO (format +
 answer + latent-similarity rewards, computed inside the compiled rollout) with the KL
 term against the LoRA-disabled base; the projector stays frozen. Both evaluate the
-held-out split before and after (teacher-forced losses, and greedy rollouts: format,
-accuracy, latent similarity of the generated latents, reward) and write results.json,
-curve.png, completions.html and checkpoints.
+held-out split before and after and write results.json, curve.png, completions.html and
+checkpoints.
+
+The variants differ in where the policy and the data come from, nothing else:
+  reference  the Hugging Face Qwen2.5-VL folder `model.checkpoint` (the latent tokens added
+             to its tokenizer), the training JSONL `data.jsonl` with frames under
+             `data.image_root` and VGGT features under `data.features`
+             (data_pipelines/thinker3d_data.py: the public code's prompt, 480 x 640 frames,
+             391 tokens each); held out: MindCube-Tiny `data.eval_jsonl` (no targets or
+             features: greedy format, accuracy per setting, reward = format + correct)
+  cpu        a small random policy with a tokenizer trained on the task, the synthetic
+             three-view task (data_pipelines/synthetic/thinker3d.py) with stand-in features;
+             held out: its test split (teacher-forced CE and alignment, greedy rollouts with
+             latent similarity)
+Examples are grouped by their number of views (`Split`: one compiled shape each); an epoch
+shuffles each group, cuts it into batches (a group smaller than a batch repeats) and
+shuffles the batches, so step k's batch is a function of the seed and k alone.
 """
 
 from __future__ import annotations
@@ -18,7 +33,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import pathlib
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
@@ -26,13 +43,15 @@ import numpy as np
 from etils import epath
 from flax import nnx
 
-from data_pipelines.synthetic import thinker3d as data
+from data_pipelines import thinker3d_data
+from data_pipelines.synthetic import thinker3d as synthetic
 from data_pipelines.synthetic.stand_in_features import GeometryStandInExtractor
+from jaxspatial import models
 from jaxspatial.models import (Precision, Projector3DConfig, Thinker3DPolicy, apply_lora,
                                latent3d, memory, model_options)
 from jaxspatial.models.qwen2_5_vl.model import Qwen25VL
-from jaxspatial.models.sharding import global_batch, local_rows
 from jaxspatial.models.qwen2_5_vl.tokenizer import train_tokenizer
+from jaxspatial.models.sharding import global_batch, local_rows
 from jaxspatial.rl.objectives import PolicyLossConfig
 from jaxspatial.rollout import automaton as am, episode, grammars, prompts, tiny
 from jaxspatial.rollout import thinker3d as rollout3d
@@ -43,18 +62,49 @@ from jaxspatial.train.thinker3d import Stage1Config, stage1_batch, stage1_terms
 from recipes.common import gather_rows, my_rows, small_model_config
 
 STAND_IN_VERSION = 2  # bump when GeometryStandInExtractor's features change
-EVAL_METRICS = ("cross_entropy", "alignment", "format", "correct", "latent_sim",
-                "latent_sim_primed", "reward")
+EVAL_METRICS = ("cross_entropy", "alignment", "format", "correct", "latent_block",
+                "latent_sim", "latent_sim_primed", "reward")
+DATA_SOURCES = (
+    "3DThinker-10K (huggingface.co/datasets/jankin123/3DThinker-10K, the training JSONL; "
+    "the repository's data/example.jsonl holds 99 rows), its frames from MindCube "
+    "(github.com/mll-lab-nu/MindCube, resized to 480 x 640 by the feature script), VGGT "
+    "features from 3DThinker's preprocessing/feature/extract_vggt_feature.py")
 
 
 @dataclasses.dataclass
 class Split:
-  examples: data.Thinker3DExamples
-  prompt_ids: np.ndarray      # [N, L]
+  """Examples of one shape (`views` frames each): the left-padded prompts, the stage-1 layout
+  (prompt, target; None without targets), and loaders of a batch's frames and target
+  features (None without features). A data split is a list of them."""
+  views: int
+  questions: list[str]
+  answer_choice: np.ndarray               # [N] int32 option index
+  prompt_ids: np.ndarray                  # [N, L]
   prompt_mask: np.ndarray
-  tokens: np.ndarray          # [N, L + T] stage-1 layout (prompt, target)
-  attention: np.ndarray
-  loss: np.ndarray
+  tokens: np.ndarray | None               # [N, L + T]
+  attention: np.ndarray | None
+  loss: np.ndarray | None
+  images_of: Callable[[np.ndarray], np.ndarray]           # index -> [B, K, H, W, 3] uint8
+  features_of: Callable[[np.ndarray], np.ndarray] | None  # index -> [B, K, F, C] float32
+  keys: list[str]                         # the examples' names (idx, question id)
+  settings: list[str]                     # per example: a category for accuracy ("" none)
+
+  def __len__(self) -> int:
+    return len(self.questions)
+
+  def images(self, index) -> np.ndarray:
+    return _each_once(self.images_of, index).astype(np.uint8, copy=False)
+
+  def features(self, index) -> np.ndarray:
+    if self.features_of is None:
+      raise ValueError("thinker3d: this split has no target features")
+    return _each_once(self.features_of, index).astype(np.float32, copy=False)
+
+
+def _each_once(load, index) -> np.ndarray:
+  """load(index), each distinct example loaded once (a GRPO group repeats its prompt)."""
+  unique, inverse = np.unique(np.asarray(index), return_inverse=True)
+  return np.asarray(load(unique))[inverse.reshape(-1)]
 
 
 def stage1_train_batch(split: Split, index) -> TrainBatch:
@@ -63,9 +113,27 @@ def stage1_train_batch(split: Split, index) -> TrainBatch:
   return TrainBatch(tokens=jnp.asarray(split.tokens[index]),
                     attention_mask=jnp.asarray(split.attention[index]),
                     loss_mask=jnp.asarray(split.loss[index]),
-                    images=jnp.asarray(split.examples.images[index]),
+                    images=jnp.asarray(split.images(index)),
                     advantages=jnp.zeros(len(index), jnp.float32), old_logprobs=zeros,
-                    ref_logprobs=zeros, features=jnp.asarray(split.examples.features[index]))
+                    ref_logprobs=zeros, features=jnp.asarray(split.features(index)))
+
+
+def epoch_batches(sizes: list[int], batch: int, seed: int, stream: int,
+                  epoch: int) -> list[tuple[int, np.ndarray]]:
+  """One epoch's (group, example indices) batches: each group shuffled and cut into batches
+  of `batch` (the last one filled from the group's start, so a group smaller than a batch
+  repeats examples), all batches shuffled."""
+  rng = np.random.default_rng([seed, stream, epoch])
+  out = []
+  for group, size in enumerate(sizes):
+    count = -(-size // batch)
+    order = np.resize(rng.permutation(size), count * batch)
+    out += [(group, order[b * batch:(b + 1) * batch]) for b in range(count)]
+  return [out[i] for i in rng.permutation(len(out))]
+
+
+def batches_per_epoch(sizes: list[int], batch: int) -> int:
+  return sum(-(-size // batch) for size in sizes)
 
 
 @nnx.jit(static_argnames=("config",))
@@ -103,17 +171,49 @@ def make_phases(c, steps: int, stage1: Stage1Config | None = None) -> list[Phase
                 epochs=c.rl.epochs)]
 
 
+def check_reference_inputs(c) -> None:
+  """The reference variant's inputs, all named at once when missing: the checkpoint, the
+  training JSONL, the image root, the feature folder (stage 2 also `init_from`, checked
+  when it restores)."""
+  d = c.data
+  flags = (
+      ("model.checkpoint", c.model.get("checkpoint", ""), "/path/to/Qwen2.5-VL-3B-Instruct "
+       "(a Hugging Face Qwen2.5-VL folder: config.json, safetensors, tokenizer)"),
+      ("data.jsonl", d.get("jsonl", ""), "/path/to/train.jsonl (3DThinker-10K rows: "
+       "text_input, image_input, text_output, answer, idx)"),
+      ("data.image_root", d.get("image_root", ""), "/path (the folder the rows' image_input "
+       "paths, e.g. data/other_all_image_resize/..., resolve under)"),
+      ("data.features", d.get("features", ""), "/path (the folder holding "
+       "feature_vggt/{idx}/vggt.npz)"))
+  unset = [f"--config.{name}={hint}" for name, value, hint in flags if not value]
+  where = f"thinker3d stage {c.stage} (variant {c.variant!r})"
+  if unset:
+    raise ValueError(f"{where} trains a pretrained policy on the published data; missing: "
+                     + "; ".join(unset) + f". Data: {DATA_SOURCES}. Or run the ':cpu' variant.")
+  kinds = (("model.checkpoint", c.model.checkpoint, "folder"), ("data.jsonl", d.jsonl, "file"),
+           ("data.image_root", d.image_root, "folder"), ("data.features", d.features, "folder"))
+  if d.get("eval_jsonl", ""):
+    kinds += (("data.eval_jsonl", d.eval_jsonl, "file"),)
+    if d.get("eval_image_root", ""):
+      kinds += (("data.eval_image_root", d.eval_image_root, "folder"),)
+  absent = [f"{name} {value}: no such {kind}" for name, value, kind in kinds
+            if not (pathlib.Path(value).is_dir() if kind == "folder"
+                    else pathlib.Path(value).is_file())]
+  if absent:
+    raise FileNotFoundError(f"{where}: " + "; ".join(absent))
+
+
 class Thinker3D(Experiment):
   def __init__(self, config):
     c = self.c = config
-    if c.variant != "cpu":
-      raise ValueError(
-          f"thinker3d: variant {c.variant!r} holds the published settings (Qwen2.5-VL-3B, "
-          "VGGT features of the 3DThinker data), which cannot be loaded here; this recipe "
-          "trains the synthetic three-view task: pass the config as configs/<stage>.py:cpu")
+    if c.variant not in ("reference", "cpu"):
+      raise ValueError(f"thinker3d: variant must be 'reference' or 'cpu', got {c.variant!r}")
+    if c.variant == "reference":
+      check_reference_inputs(c)
     self.name = f"thinker3d stage {c.stage}"
     self.curve_metrics = (("sft/loss", "sft/alignment", "sft/cross_entropy") if c.stage == 1
                           else ("rl/reward", "rl/latent_sim", "rl/correct"))
+    self._epochs = {}
 
   # -- set-up ------------------------------------------------------------------------------
 
@@ -123,6 +223,36 @@ class Thinker3D(Experiment):
     adapters train)."""
     c = self.c
     self.mesh = mesh
+    if c.variant == "cpu":
+      train, test = self._synthetic_policy_and_data()
+    else:
+      train, test = self._published_policy_and_data()
+    tok = self.tokenizer
+    model = self.policy.model
+    self.latent_ids = tuple(tok.convert_tokens_to_ids(t) for t in tiny.LATENT_TOKENS)
+    self.automaton = am.compile_token_automaton(grammars.thinker3d(c.latents.num_latents), tok,
+                                                model.config.text.vocab_size)
+    self.stage1 = Stage1Config(start_token=self.latent_ids[0], pad_token=self.latent_ids[1],
+                               num_latents=c.latents.num_latents, **c.loss)
+    self.train, self.test = train(), test()
+    if c.stage == 1:
+      return self.policy
+    stage1 = Checkpointer(epath.Path(c.init_from) / "checkpoints")
+    if stage1.restore_params(self.policy) is None:
+      first = "configs/thinker3d_stage1.py" + (":cpu" if c.variant == "cpu" else "")
+      raise FileNotFoundError(f"stage 2 starts from stage 1's checkpoint: none under "
+                              f"{stage1.directory}; run {first} first (or set init_from)")
+    stage1.close()
+    lora = c.model.lora
+    apply_lora(self.policy.model.language_model, tuple(lora.targets), lora.rank, lora.alpha,
+               lora.dropout, rngs=nnx.Rngs(c.seed + 2))
+    return self.policy.model  # the projector is frozen: only the adapters train
+
+  def _synthetic_policy_and_data(self):
+    """The cpu variant: the synthetic task (features through the cache), a tokenizer trained
+    on it, a small random policy."""
+    data = synthetic
+    c = self.c
     extractor = GeometryStandInExtractor(grid=c.features.grid, channels=c.features.channels)
     # The cache is keyed by everything the features depend on: a changed setting never
     # reads stale features.
@@ -140,7 +270,6 @@ class Thinker3D(Experiment):
                  for t in train.targets[:200]])
     tok = self.tokenizer = train_tokenizer(corpus * 5, vocab_size=c.model.vocab,
                                            extra_special_tokens=tiny.LATENT_TOKENS)
-    self.latent_ids = tuple(tok.convert_tokens_to_ids(t) for t in tiny.LATENT_TOKENS)
     model = Qwen25VL(small_model_config(c.model, tok), rngs=nnx.Rngs(c.seed),
                      **model_options(c.model))
     self.image_tokens = episode.image_tokens(model, (c.scene.height, c.scene.width))
@@ -150,44 +279,119 @@ class Thinker3D(Experiment):
         latent_tokens=c.projector.latent_tokens, fusion_input=self.image_tokens,
         fusion_output=extractor.tokens)
     self.policy = Thinker3DPolicy(model, projector, rngs=nnx.Rngs(c.seed + 1))
-    self.automaton = am.compile_token_automaton(grammars.thinker3d(c.latents.num_latents), tok,
-                                                model.config.text.vocab_size)
-    self.stage1 = Stage1Config(start_token=self.latent_ids[0], pad_token=self.latent_ids[1],
-                               num_latents=c.latents.num_latents, **c.loss)
-    self.train, self.test = self._split(train), self._split(test)
-    if c.stage == 1:
-      return self.policy
-    stage1 = Checkpointer(epath.Path(c.init_from) / "checkpoints")
-    if stage1.restore_params(self.policy) is None:
-      raise FileNotFoundError(f"stage 2 starts from stage 1's checkpoint: none under "
-                              f"{stage1.directory}; run configs/thinker3d_stage1.py:cpu first "
-                              "(or set init_from)")
-    stage1.close()
-    lora = c.model.lora
-    apply_lora(self.policy.model.language_model, tuple(lora.targets), lora.rank, lora.alpha,
-               lora.dropout, rngs=nnx.Rngs(c.seed + 2))
-    return self.policy.model  # the projector is frozen: only the adapters train
+    self.system, self.user_text = data.SYSTEM, lambda question: question
+    target_length = self._target_length(train.targets + test.targets)
 
-  def _split(self, examples) -> Split:
-    texts = [prompts.chat_prompt(data.SYSTEM, q, self.image_tokens, len(data.VIEWS))
-             for q in examples.questions]
+    def split(examples):
+      return lambda: [self._split(
+          len(data.VIEWS), examples.questions, examples.targets, examples.answer_choice,
+          lambda index: examples.images[index], lambda index: examples.features[index],
+          [str(i) for i in range(len(examples))], [""] * len(examples), target_length)]
+    return split(train), split(test)
+
+  def _published_policy_and_data(self):
+    """The reference variant: the checkpoint's policy with the latent tokens, the training
+    JSONL (frames and features checked up front) and MindCube-Tiny held out."""
+    data = thinker3d_data
+    c, d = self.c, self.c.data
+    rows = data.read_training_rows(d.jsonl, d.image_root)
+    data.check_features(rows, d.features)
+    evaluation = []
+    if d.get("eval_jsonl", ""):
+      evaluation = data.read_eval_rows(d.eval_jsonl, d.get("eval_image_root", "")
+                                       or d.image_root, limit=d.get("eval_limit", 0))
+    processor, model = models.load_policy(c.model.checkpoint, seed=c.seed,
+                                          **model_options(c.model))
+    tok = self.tokenizer = getattr(processor, "tokenizer", processor)
+    latent3d.add_latent_tokens(tok)
+    fit_vocabulary(model, len(tok), seed=c.seed)
+    frame = (data.FRAME_HEIGHT, data.FRAME_WIDTH)
+    self.image_tokens = episode.image_tokens(model, frame)
+    projector = Projector3DConfig(**c.projector)
+    hidden = model.config.text.hidden_size
+    if projector.mm_hidden_size != hidden:
+      raise ValueError(f"projector.mm_hidden_size {projector.mm_hidden_size} must be the "
+                       f"policy's hidden size {hidden} ({c.model.checkpoint}): set "
+                       f"--config.projector.mm_hidden_size={hidden}")
+    if projector.fusion_input != self.image_tokens:
+      raise ValueError(f"projector.fusion_input {projector.fusion_input}: a {frame[1]} x "
+                       f"{frame[0]} frame gives {self.image_tokens} vision tokens with this "
+                       "checkpoint's vision config (the reference: 391)")
+    if projector.latent_size != c.latents.num_latents:
+      raise ValueError(f"projector.latent_size {projector.latent_size} must equal "
+                       f"latents.num_latents {c.latents.num_latents}")
+    self.policy = Thinker3DPolicy(model, projector, rngs=nnx.Rngs(c.seed + 1))
+    # One feature file read now: a cache of another shape fails here, not at step 1.
+    data.load_features(rows[0], d.features, projector.fusion_output, projector.hidden_size)
+    self.system, self.user_text = data.SYSTEM, data.prompt_text
+    target_length = self._target_length([row.target for row in rows])
+
+    def split(rows, with_targets: bool):
+      def build():
+        out = []
+        for views, positions in data.group_by_views(rows).items():
+          group = [rows[p] for p in positions]
+          features = (lambda index, group=group: np.stack([data.load_features(
+              group[i], d.features, projector.fusion_output, projector.hidden_size)
+                                                           for i in index]))
+          out.append(self._split(
+              views, [r.question for r in group],
+              [r.target for r in group] if with_targets else None,
+              np.asarray([r.answer_choice for r in group], np.int32),
+              lambda index, group=group: np.stack([data.load_frames(group[i].images)
+                                                   for i in index]),
+              features if with_targets else None, [r.key for r in group],
+              [r.setting for r in group], target_length))
+        return out
+      return build
+    return split(rows, True), split(evaluation, False)
+
+  def _target_length(self, targets: list[str]) -> int:
+    """Tokens of the longest stage-1 target: every batch pads its targets to it."""
+    n = self.c.latents.num_latents
+    return max(len(self.tokenizer.encode(latent3d.expand_output_3d(t, n) + "<|im_end|>",
+                                         add_special_tokens=False)) for t in targets)
+
+  def _split(self, views, questions, targets, answer_choice, images_of, features_of, keys,
+             settings, target_length) -> Split:
+    texts = [prompts.chat_prompt(self.system, self.user_text(q), self.image_tokens, views)
+             for q in questions]
     ids, mask = prompts.left_padded(self.tokenizer, texts)
     check_assistant_header(self.tokenizer, ids)
-    tokens, attention, loss = stage1_batch(self.tokenizer, texts, examples.targets,
-                                           self.c.latents.num_latents)
-    return Split(examples, ids, mask, tokens, attention, loss)
+    tokens = attention = loss = None
+    if targets is not None:
+      tokens, attention, loss = stage1_batch(self.tokenizer, texts, targets,
+                                             self.c.latents.num_latents, target_length)
+    return Split(views, list(questions), np.asarray(answer_choice, np.int32), ids, mask,
+                 tokens, attention, loss, images_of, features_of, list(keys), list(settings))
+
+  def _steps(self, configured: int, data_epochs, batch: int, name: str) -> int:
+    """`configured`, or with -1 `data_epochs` passes over the training examples."""
+    if configured >= 0:
+      return configured
+    per_epoch = batches_per_epoch([len(s) for s in self.train], batch)
+    steps = math.ceil(data_epochs * per_epoch)
+    if steps < 1:
+      raise ValueError(f"{name} -1: {data_epochs} epochs of {per_epoch} batches is less than "
+                       "one step")
+    return steps
 
   def phases(self):
-    steps = self.c.sft.steps if self.c.stage == 1 else self.c.rl.steps
+    c = self.c
+    if c.stage == 1:
+      steps = self._steps(c.sft.steps, c.sft.get("data_epochs", 1), c.sft.batch, "sft.steps")
+    else:
+      steps = self._steps(c.rl.steps, c.rl.get("data_epochs", 1), c.rl.prompts, "rl.steps")
     return make_phases(self.c, steps, self.stage1)
 
   def memory_estimate(self):
     c = self.c
     if c.stage == 1:
-      rows, length, micro = c.sft.batch, self.train.tokens.shape[1], c.sft.micro_batches
+      rows, micro = c.sft.batch, c.sft.micro_batches
+      length = max(s.tokens.shape[1] for s in self.train)
     else:
       rows = c.rl.prompts * c.advantage.group_size
-      length = self.train.prompt_ids.shape[1] + c.rollout.max_new_tokens
+      length = max(s.prompt_ids.shape[1] for s in self.train) + c.rollout.max_new_tokens
       micro = c.rl.micro_batches
     return memory.estimate(self.policy.model, Precision.from_config(c.model),
                            rollout_batch=rows, cache_length=length, train_batch=rows,
@@ -211,34 +415,47 @@ class Thinker3D(Experiment):
 
   def sample(self, split: Split, index, key, temperature: float, primed: bool = False):
     """A compiled rollout over the global batch split[index] (this process runs its rows;
-    the output is global); `primed` appends `<|latent_start|>` to the prompts (the latents
-    of a policy that would not open the block itself)."""
+    the output is global; dropout off); `primed` appends `<|latent_start|>` to the prompts (the latents
+    of a policy that would not open the block itself). A split without target features
+    is scored against zeros: its latent similarity means nothing."""
     index = np.asarray(index)[my_rows(len(index))]
     ids, mask = split.prompt_ids[index], split.prompt_mask[index]
     if primed:
       ids = np.concatenate([ids, np.full((len(index), 1), self.latent_ids[0], ids.dtype)], 1)
       mask = np.concatenate([mask, np.ones((len(index), 1), bool)], 1)
     run = rollout3d.compile_rollout(self.rollout_config(temperature))
-    examples = split.examples
-    inputs = global_batch((ids, mask, examples.images[index], examples.features[index],
-                           examples.answer_choice[index]), self.mesh)
+    p = self.policy.projector.config
+    features = (split.features(index) if split.features_of is not None else
+                np.zeros((len(index), split.views, p.fusion_output, p.hidden_size), np.float32))
+    inputs = global_batch((ids, mask, split.images(index), features,
+                           split.answer_choice[index]), self.mesh)
+    # Sampling runs without LoRA dropout (the reference's 0.05): the compiled decoding loop
+    # carries no dropout RNG; the update's forward passes apply it.
+    policy = nnx.view(self.policy, only=nnx.Dropout, deterministic=True,
+                      raise_if_not_found=False)
     with jax.set_mesh(self.mesh):
-      return run(self.policy, self.automaton, *inputs, key)
+      return run(policy, self.automaton, *inputs, key)
+
+  def _batch_at(self, batch: int, stream: int, step: int) -> tuple[int, np.ndarray]:
+    """Step `step`'s (group, global indices) of `batch` training examples."""
+    sizes = [len(s) for s in self.train]
+    epoch, position = divmod(step, batches_per_epoch(sizes, batch))
+    if (stream, epoch) not in self._epochs:
+      self._epochs = {(stream, epoch): epoch_batches(sizes, batch, self.c.seed, stream, epoch)}
+    return self._epochs[(stream, epoch)][position]
 
   def train_batch(self, phase, step):
-    rng = np.random.default_rng([self.c.seed, 3, step])
-    index = rng.choice(len(self.train.examples), self.c.sft.batch, replace=False)
-    return self._global(stage1_train_batch(self.train, index[my_rows(len(index))]))
+    group, index = self._batch_at(self.c.sft.batch, 3, step)
+    return self._global(stage1_train_batch(self.train[group], index[my_rows(len(index))]))
 
   def _global(self, batch: TrainBatch) -> TrainBatch:
     return global_batch(jax.tree.map(np.asarray, batch), self.mesh)
 
   def rollout(self, phase, step, key):
     c = self.c
-    rng = np.random.default_rng([c.seed, 11, step])
-    chosen = rng.choice(len(self.train.examples), c.rl.prompts, replace=False)
+    group, chosen = self._batch_at(c.rl.prompts, 11, step)
     index = np.repeat(chosen, c.advantage.group_size)
-    out = self.sample(self.train, index, key, c.rollout.temperature)
+    out = self.sample(self.train[group], index, key, c.rollout.temperature)
     metrics = {"reward": out.reward.mean(), "tokens": out.loss_mask.sum(),
                **{k: v.mean() for k, v in out.reward_components.items()}}
     return RolloutBatch(TrainBatch.from_completions(out), out.reward, None, metrics)
@@ -246,32 +463,61 @@ class Thinker3D(Experiment):
   # -- evaluation --------------------------------------------------------------------------
 
   def held_out(self) -> dict:
-    """Held-out means: teacher-forced CE and alignment; greedy rollouts: format, accuracy,
-    latent similarity (generated latents, the block forced open in `latent_sim_primed`)
-    and reward."""
-    c, test = self.c, self.test
-    positions, sums = [], {}
-    for start in range(0, len(test.examples), c.eval.batch):
-      index = np.arange(start, start + c.eval.batch) % len(test.examples)
-      mine = index[my_rows(len(index))]
-      wide = np.arange(start, start + c.eval.batch)[my_rows(len(index))]
-      positions += list(np.where(wide < len(test.examples), wide, -1))  # -1: a repeat
-      with jax.set_mesh(self.mesh):
-        cross_entropy, alignment = _stage1_eval(
-            self.policy, self._global(stage1_train_batch(test, mine)), self.stage1)
-      free = self.sample(test, index, jax.random.PRNGKey(0), 0.0)
-      primed = self.sample(test, index, jax.random.PRNGKey(0), 0.0, primed=True)
-      values = {"cross_entropy": cross_entropy, "alignment": alignment,
-                "reward": free.reward, **free.reward_components,
-                "latent_sim_primed": primed.reward_components["latent_sim"]}
-      for name, value in values.items():
-        sums.setdefault(name, []).extend(local_rows(value).tolist())
-    return {name: float(np.mean(gather_rows(positions, value))) for name, value in
-            sums.items()}
+    """Held-out means. With targets: teacher-forced CE and alignment. Greedy rollouts:
+    format, accuracy, latent block; with target features the latent similarity of the
+    generated latents (and with the block forced open: `latent_sim_primed`) and the
+    reward, without them reward = format + correct. Per setting (MindCube's among /
+    around / rotation): `correct/<setting>`."""
+    c = self.c
+    values: dict[str, tuple[list, list]] = {}
+    offset = 0
+    key = jax.random.PRNGKey(0)
+
+    def add(name, positions, value):
+      kept = values.setdefault(name, ([], []))
+      kept[0].extend(positions)
+      kept[1].extend(local_rows(value).tolist())
+
+    for split in self.test:
+      size = len(split)
+      for start in range(0, size, c.eval.batch):
+        index = np.arange(start, start + c.eval.batch) % size
+        mine = index[my_rows(len(index))]
+        wide = np.arange(start, start + c.eval.batch)[my_rows(len(index))]
+        positions = list(np.where(wide < size, wide + offset, -1))  # -1: a repeat
+        if split.tokens is not None:
+          with jax.set_mesh(self.mesh):
+            cross_entropy, alignment = _stage1_eval(
+                self.policy, self._global(stage1_train_batch(split, mine)), self.stage1)
+          add("cross_entropy", positions, cross_entropy)
+          add("alignment", positions, alignment)
+        free = self.sample(split, index, key, 0.0)
+        parts = free.reward_components
+        for name in ("format", "correct", "latent_block"):
+          add(name, positions, parts[name])
+        if split.features_of is not None:
+          primed = self.sample(split, index, key, 0.0, primed=True)
+          add("latent_sim", positions, parts["latent_sim"])
+          add("latent_sim_primed", positions, primed.reward_components["latent_sim"])
+          add("reward", positions, free.reward)
+        else:
+          add("reward", positions, parts["format"] + parts["correct"])
+      offset += size
+    out = {name: gather_rows(positions, value) for name, (positions, value) in values.items()}
+    settings = np.asarray([s for split in self.test for s in split.settings])
+    metrics = {name: float(np.mean(value)) for name, value in out.items()}
+    for setting in sorted(set(settings) - {""}):
+      metrics[f"correct/{setting}"] = float(np.mean(out["correct"][settings == setting]))
+    return metrics
 
   def evaluate(self, module, when, split=None):
     if split not in (None, "test"):
       raise ValueError(f"thinker3d: evaluates its held-out split, not {split!r}")
+    if not self.test:
+      if when in ("start", "checkpoint"):
+        print("thinker3d: no held-out questions (--config.data.eval_jsonl, MindCube-Tiny): "
+              "no evaluation", flush=True)
+      return {}
     if when == "checkpoint":
       return {"policy": self.held_out()}
     if not self.c.evaluate or when not in ("start", "final"):
@@ -285,14 +531,15 @@ class Thinker3D(Experiment):
     self._completions_page(epath.Path(workdir) / "completions.html",
                            f"3DThinker stage {self.c.stage}: held-out samples (greedy)")
     before = results.get("before", {})
+    names = [n for n in EVAL_METRICS if n in after]
+    names += sorted(n for n in after if n.startswith("correct/"))
     lines = [f"{'held-out metric':22} | {'before':>9} | {'after':>9}"]
-    lines += [f"{n:22} | {before.get(n, float('nan')):9.4f} | {after[n]:9.4f}"
-              for n in EVAL_METRICS]
+    lines += [f"{n:22} | {before.get(n, float('nan')):9.4f} | {after[n]:9.4f}" for n in names]
     return "\n".join(lines)
 
   def _completions_page(self, path, title: str) -> None:
-    test = self.test
-    index = np.arange(min(12, len(test.examples)))
+    test = self.test[0]
+    index = np.arange(min(12, len(test)))
     out = jax.tree.map(local_rows, self.sample(test, index, jax.random.PRNGKey(0), 0.0))
     index = index[my_rows(len(index))]
     if jax.process_index() != 0:
@@ -304,5 +551,18 @@ class Thinker3D(Experiment):
     texts = [b"".join(piece(i) for i in out.tokens[b, prompt_length:prompt_length + n])
              .decode("utf-8", "replace") for b, n in enumerate(out.lengths)]
     epath.Path(path).write_text(completions_html(
-        out.images, [test.examples.questions[i] for i in index], texts, out.reward,
+        out.images, [test.questions[i] for i in index], texts, out.reward,
         out.reward_components, title))
+
+
+def fit_vocabulary(model, tokens: int, seed: int = 0) -> None:
+  """Grows the embedding (rounded up to 64 rows) when the tokenizer, with the latent tokens
+  added, outgrows it. Qwen2.5-VL-3B's 151,936 rows already hold ids 151,665-151,667, which
+  the reference's resize keeps as they are, so nothing changes there."""
+  vocab = model.config.text.vocab_size
+  if tokens <= vocab:
+    return
+  grown = (tokens + 63) // 64 * 64
+  latent3d.grow_embeddings(model.language_model, grown, rngs=nnx.Rngs(seed + 3))
+  model.config = dataclasses.replace(
+      model.config, text=dataclasses.replace(model.config.text, vocab_size=grown))

@@ -56,7 +56,7 @@ def stage1(tmp_path_factory):
 
 def test_stage1_loss_against_numpy(stage1):
   job, policy, _, _ = stage1
-  batch = thinker3d.stage1_train_batch(job.train, np.arange(4))
+  batch = thinker3d.stage1_train_batch(job.train[0], np.arange(4))
   total, (count, metrics) = stage1_loss_parts(policy, batch, job.stage1)
   logits, hidden, embeds = (np.asarray(x, np.float64) for x in policy.teacher_forced(
       batch.tokens, batch.attention_mask, batch.images))
@@ -107,9 +107,10 @@ def test_stage1_training_lowers_alignment_and_raises_latent_similarity(stage1):
 def test_rollout_rewards_against_independent_computations(stage1):
   job, _, _, _ = stage1
   index = np.arange(8)
-  out = jax.device_get(job.sample(job.test, index, jax.random.PRNGKey(0), 0.0))
+  test = job.test[0]
+  out = jax.device_get(job.sample(test, index, jax.random.PRNGKey(0), 0.0))
   pieces, _ = am.token_bytes(job.tokenizer)
-  prompt_length = job.test.prompt_ids.shape[1]
+  prompt_length = test.prompt_ids.shape[1]
   for b in range(8):
     text = b"".join(pieces[i] for i in out.tokens[b, prompt_length:prompt_length
                                                    + out.lengths[b]]).decode()
@@ -118,17 +119,17 @@ def test_rollout_rewards_against_independent_computations(stage1):
         thinker3d_format_text(text) and text.count("<|latent_pad|>") == 12), text
     # Correct: 3DThinker's letter rule on the string (tests/rl/test_rewards.py holds it to
     # the public patterns).
-    correct = thinker3d_letter_text(text) == int(job.test.examples.answer_choice[b])
+    correct = thinker3d_letter_text(text) == int(test.answer_choice[b])
     assert bool(out.reward_components["correct"][b]) == correct, text
   # Latent similarity: (cos + 1) / 2 per token over channels, from the projected latents.
-  images = np.asarray(job.test.examples.images[index])
-  embeds = job.policy.model.embed(jnp.asarray(job.test.prompt_ids[index]),
+  images = test.images(index)
+  embeds = job.policy.model.embed(jnp.asarray(test.prompt_ids[index]),
                                   *_vision(job, images)[:2])
-  rows = np.asarray(job.policy.image_embeddings(embeds, jnp.asarray(job.test.prompt_ids[index]),
+  rows = np.asarray(job.policy.image_embeddings(embeds, jnp.asarray(test.prompt_ids[index]),
                                                 3))
   predicted = np.asarray(job.policy.project(jnp.asarray(out.latents), jnp.asarray(rows)),
                          np.float64)
-  target = np.asarray(job.test.examples.features[index], np.float64)
+  target = np.asarray(test.features(index), np.float64)
   unit = lambda x: x / np.linalg.norm(x, axis=-1, keepdims=True)
   assert np.linalg.norm(target, axis=-1).min() > 1e-3  # the stand-in has no zero tokens
   similarity = (np.mean(np.sum(unit(predicted) * unit(target), -1), axis=(1, 2)) + 1) / 2
@@ -152,13 +153,13 @@ def test_without_a_latent_block_the_fallback_window_is_scored(stage1):
   (0 when the completion is shorter than the window). The untrained policy seldom opens a
   latent block."""
   job, untrained, _, _ = stage1
-  index, test = np.arange(8), job.test
-  images = np.asarray(test.examples.images[index])
+  index, test = np.arange(8), job.test[0]
+  images = test.images(index)
   run = rollout3d.compile_rollout(job.rollout_config(0.0))
   out = jax.device_get(run(untrained, job.automaton, jnp.asarray(test.prompt_ids[index]),
                            jnp.asarray(test.prompt_mask[index]), jnp.asarray(images),
-                           jnp.asarray(test.examples.features[index]),
-                           jnp.asarray(test.examples.answer_choice[index]),
+                           jnp.asarray(test.features(index)),
+                           jnp.asarray(test.answer_choice[index]),
                            jax.random.PRNGKey(0)))
   block = out.reward_components["latent_block"] > 0
   fallback = out.reward_components["latent_fallback"] > 0
@@ -179,7 +180,7 @@ def test_without_a_latent_block_the_fallback_window_is_scored(stage1):
                              atol=1e-4 * np.abs(window).max())
   rows = untrained.image_embeddings(embeds, jnp.asarray(out.tokens), 3)
   predicted = np.asarray(untrained.project(jnp.asarray(window, jnp.float32), rows), np.float64)
-  target = np.asarray(test.examples.features[index], np.float64)
+  target = np.asarray(test.features(index), np.float64)
   unit = lambda x: x / np.linalg.norm(x, axis=-1, keepdims=True)
   similarity = (np.mean(np.sum(unit(predicted) * unit(target), -1), axis=(1, 2)) + 1) / 2
   np.testing.assert_allclose(out.reward_components["latent_sim"][fallback],
@@ -235,14 +236,14 @@ def test_the_latent_loop_is_one_program_without_host_round_trips(stage1):
   job, _, _, _ = stage1
   config = job.rollout_config(0.9)
   graph, state = nnx.split(job.policy)
-  test = job.test
+  test = job.test[0]
 
   def program(state, key):
     return rollout3d.rollout(nnx.merge(graph, state), job.automaton,
                              jnp.asarray(test.prompt_ids[:2]), jnp.asarray(test.prompt_mask[:2]),
-                             jnp.asarray(test.examples.images[:2]),
-                             jnp.asarray(test.examples.features[:2]),
-                             jnp.asarray(test.examples.answer_choice[:2]), key, config)
+                             jnp.asarray(test.images(np.arange(2))),
+                             jnp.asarray(test.features(np.arange(2))),
+                             jnp.asarray(test.answer_choice[:2]), key, config)
 
   text = str(jax.make_jaxpr(program)(state, jax.random.PRNGKey(0)))
   assert "while" in text
@@ -255,7 +256,7 @@ def test_training_and_inference_latents_differ_after_the_first(stage1):
   Latent 0 is the hidden state at the start token in both modes; later ones drift."""
   job, _, _, _ = stage1
   index = np.arange(8)
-  test = job.test
+  test = job.test[0]
   # Teacher-forced (training mode) on the stage-1 layout.
   batch = thinker3d.stage1_train_batch(test, index)
   _, hidden, _ = job.policy.teacher_forced(batch.tokens, batch.attention_mask, batch.images)
@@ -295,5 +296,5 @@ def test_stage2_grpo_from_the_stage1_checkpoint(stage1):
   bad.init_from = str(root / "missing")
   with pytest.raises(FileNotFoundError, match="stage 2 starts from stage 1's checkpoint"):
     recipes.train(bad)
-  with pytest.raises(ValueError, match="holds the published settings"):
+  with pytest.raises(ValueError, match="missing: --config.model.checkpoint"):
     recipes.train(thinker3d_stage1.get_config())
