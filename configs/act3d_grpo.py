@@ -1,10 +1,26 @@
 r"""Act3D: trajectory SFT, then GRPO with the composite judge / EM / interaction reward.
 
+    python -m launch.build_benchmark --benchmark scanqa --source SRC --data-dir /data
     python -m launch.train --config configs/act3d_grpo.py \
         --config.model.checkpoint=/ckpt/qwen --config.data.data_dir=/data \
         --config.sft.trajectories=/data/act3d_sft.jsonl \
         --config.judge.url=http://judge-host:8000/v1 --config.judge.model=Qwen3-30B-A3B-Instruct
     python -m launch.train --config configs/act3d_grpo.py:cpu        (runs here)
+
+Data (the reference variant): the paper's ScanQA-only setting, `spatial_benchmark/scanqa`,
+split "train" (ScanQA_v1.0_train.json: 25,563 questions, the paper's ScanQA-only RL set)
+and "test" (ScanQA_v1.0_val.json, the 4,675 validation questions it reports). SRC holds
+both files (github.com/ATR-DBI/ScanQA) and scans/<scene_id>/ in ScanNet v2's layout
+(_vh_clean_2.ply, .aggregation.json, _vh_clean_2.0.010000.segs.json, <scene_id>.txt; from
+ScanNet under its terms of use); each scene is subsampled to 200,000 points (`--points`,
+at most `data.points`) and given one initial 640x480 viewpoint (data_pipelines/benchmarks/
+scannet.py). Building reads, subsamples and renders every scan, about 2 s a scan on a
+2-core CPU (launch/build_benchmark.py): the two files cover 633 scans (562 + 71), some 20
+minutes. SFT replays teacher trajectories (`sft.trajectories`): the paper's GPT-5.4
+trajectories are not released, so this is a file you make, JSON lines {"question_id":
+ScanQA's id, "turns": [...]} of model turns in this agent's syntax
+(data_pipelines/synthetic/teachers.py). The paper's mixed corpus (5,712 trajectories,
+51,543 RL questions from ScanQA, MP3D and generated QA) has no builder here.
 
 Published setting (paper sections 3.2-3.3 and 4.1, appendix C.1): SFT on 5,712 teacher
 trajectories, 2 epochs, batch 16, lr 1e-5, observations and prompt masked; then GRPO with
@@ -22,7 +38,8 @@ paper's evaluation judge is Qwen3-30B-A3B-Instruct; without one the on-device ru
 normalised EM or token F1 >= 0.5, stands in), the observation wording after a move
 (the paper gives only its content: camera and look-at point to 0.01 m), the renderer's
 field of view (unstated; 90 degrees here), asynchronous vLLM rollouts. Cost: H200 GPUs in
-the paper.
+the paper, count and hours not published (unknown); 318 SFT steps, then 500 GRPO steps of
+64 prompts x 8 episodes of up to 13 turns (the RL step count is not published either).
 
 `cpu`: tiny random policy, synthetic_spatial/tiny, 100 SFT steps on the scripted teacher
 (one turn, then the answer text), 10 GRPO steps of 2 prompts x 8 in 2 mini-batches;
@@ -42,10 +59,15 @@ def get_config(variant: str = "reference"):
                           format_weight=0.2, max_interactions=12, format_rule="paper",
                           grounding="all")
   c.rollout.update(max_turns=13, temperature=0.7)  # 12 interactions, then the answer
-  c.sft.update(steps=714, batch=16)  # 2 epochs of 5,712
+  # 2 epochs at batch 16: ScanQA-only, 2,550 trajectories (159 batches an epoch); the mixed
+  # corpus's 5,712 would be 714 steps.
+  c.sft.update(steps=318, batch=16)
   c.sft.optimizer.learning_rate = 1e-5
   c.rl.update(prompts=64, mini_batches=4)
   c.rl.optimizer.learning_rate = 2e-6
+  if variant == "reference":  # ScanQA on ScanNet scans (the paper's ScanQA-only setting)
+    c.data.update(builder="spatial_benchmark", config="scanqa", train_split="train",
+                  eval_split="test")
   shrink_for_cpu(c)
   if variant == "cpu":
     c.reward.weights.max_interactions = 1

@@ -1,9 +1,27 @@
 r"""PERIA: cold-start SFT, then OR-GIGPO (episode + step-group advantages), no KL, token mean.
 
+    python -m launch.build_benchmark --benchmark chartqa --source "SRC/ChartQA Dataset" \
+        --data-dir /data --width 800 --height 600
     python -m launch.train --config configs/peria_or_gigpo.py \
-        --config.model.checkpoint=/ckpt/qwen --config.data.data_dir=/data \
+        --config.model.checkpoint=/ckpt/Qwen3-VL-8B-Thinking --config.data.data_dir=/data \
         --config.sft.trajectories=/data/peria_sft.jsonl
     python -m launch.train --config configs/peria_or_gigpo.py:cpu    (runs here)
+
+Data (the reference variant): ChartQA, one of PERIA's image benchmarks and the one with a
+training split our builders read, `spatial_benchmark/chartqa` split "train"
+(train/train_human.json + train_augmented.json + train/png/, 28,299 questions) and "test"
+(test/, 2,500; `launch.eval --benchmark chartqa` scores ChartQA's relaxed accuracy per
+part, the recipe's own evaluation the device's rule judge unless `judge.url`). SRC is the
+"ChartQA Dataset" folder of github.com/vis-nlp/ChartQA. Charts are letterboxed to 800 x
+600 (`agent.width` x `agent.height`: the run refuses another stored size, naming both);
+image 0 of each episode is the task's chart (envs/peria.py), and the scenes have no point
+cloud (geometry "none"), so `data.points` is small. PERIA's other benchmarks (ReasonMap,
+MapTrace, CartoMapQA, Visual Probing, Cube 3-View, ...) have no builder here. SFT replays
+cold-start trajectories (`sft.trajectories`; PERIA's are not public): a file you make,
+JSON lines {"question_id": ChartQA's id ("train_human_12"), "turns": [...]} of model turns
+in this agent's syntax (data_pipelines/synthetic/teachers.py). Building ChartQA
+letterboxes some 20,000 charts: tens of minutes on a 2-core CPU (estimated: MindCube-Tiny's
+408 image sets took 91 s).
 
 Published setting (paper; launch script in brackets where it differs): SFT lr 1e-5, batch
 32; then N = 4 rollouts per prompt [2], gamma 0.99, omega 1.0, delta 0.9, eps 0.2, no KL
@@ -32,9 +50,11 @@ the tool's text argument (`text_prompt` for text_segment, concept_count and
 presence_check, `question` for grounding_dino), passed to the tool by that name; the
 system prompt names each tool's arguments. The LLM-judge fallback of R_correct with
 `judge.url`. Not reproduced here: SAM 3.1 (transformers' SAM 3 runs its tools), PERIA's
-own image benchmarks (the tools act on renders of the task's 3D scene), `image_label`'s
-text (drawn as a marker only: no text rendering on device). Cost: FSDP2 on GPU nodes, 3
-epochs, in the public script.
+training mixture (ChartQA alone here; on the synthetic 3D sets image 0 is a render of
+the scene), `image_label`'s text (drawn as a marker only: no text rendering on device).
+Cost: FSDP2 on GPU nodes, 3 epochs, in the public script (node-hours not published:
+unknown); here 500 SFT steps of 32, then 500 OR-GIGPO steps of 16 prompts x 4 episodes of
+up to 11 turns.
 
 `cpu`: a tiny random Qwen3-VL policy, synthetic_spatial/tiny, 100 SFT steps on the
 scripted teacher (a centre crop, then the letter), 10 OR-GIGPO steps of 4 prompts x 4;
@@ -66,6 +86,10 @@ def get_config(variant: str = "reference"):
   c.rl.prompts = 16
   c.rl.optimizer.update(learning_rate=1e-6, warmup_ratio=0.05, decay="cosine",
                         final_fraction=0.0)
+  if variant == "reference":  # ChartQA's charts, image 0 of each episode
+    c.data.update(builder="spatial_benchmark", config="chartqa", train_split="train",
+                  eval_split="test", points=1024)  # no cloud: geometry "none"
+    c.agent.update(width=800, height=600)  # the builder's ChartQA size
   shrink_for_cpu(c)
   if variant == "cpu":
     c.rl.prompts = 4

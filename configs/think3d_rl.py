@@ -4,6 +4,29 @@ r"""Think3D-RL: GRPO over view-tool rollouts, observation tokens masked.
         --config.model.checkpoint=/ckpt/Qwen3-VL-4B-Instruct --config.data.data_dir=/data
     python -m launch.train --config configs/think3d_rl.py:cpu        (runs here)
 
+Data (the reference variant): MindCube's train questions with Think3D's Pi3 point clouds,
+`spatial_benchmark/mindcube` split "train" (RL) and "test" (evaluation, `eval.tasks` of
+them). MindCube (Hugging Face `MLL-Lab/MindCube`: data/raw/MindCube_train.jsonl,
+MindCube.jsonl, and the other_all_image/ images) unpacked at SRC; Think3D's 977 RL
+questions are the `jialianjie/Think3DQA` rows (MindCube's format): put them at
+SRC/raw/MindCube_train.jsonl to train on exactly those (the whole train file also works:
+rl.steps -1 is then one epoch of it). Each image set needs a Think3D cache (Pi3, a GPU):
+one cache folder for both splits, so reconstruct the two files together:
+
+    cat SRC/raw/MindCube_train.jsonl SRC/raw/MindCube.jsonl > /tmp/mindcube_all.jsonl
+    python -m launch.reconstruct_scenes --benchmark mindcube \
+        --questions /tmp/mindcube_all.jsonl --root SRC --out /data/think3d_caches \
+        --backend pi3 --checkpoint /ckpt/Pi3/model.safetensors --device cuda
+    python -m launch.build_benchmark --benchmark mindcube --source SRC \
+        --caches /data/think3d_caches --data-dir /data --width 640 --height 480
+
+Building takes about 91 s per 400 image sets on a 2-core CPU (MindCube-Tiny's, measured);
+Pi3's reconstructions on a GPU: not measured here. The stored views' size must be
+`agent.width` x `agent.height` (the run refuses otherwise, naming both); `data.points`
+must hold the largest cache cloud (the loader names a larger one). A run missing the
+checkpoint or the prepared data stops before loading anything, naming each missing flag
+and the command that makes it.
+
 Published setting (paper section 3.4 and appendix A; the public ms-swift script where the
 paper is silent): GRPO, 8 rollouts per prompt, `max_turns 3` (two views, then the answer),
 one epoch of the 977 MindCube prompts (steps = tasks / prompts), lr 1e-6 with 5% warm-up,
@@ -24,7 +47,8 @@ reproduced here: the public code's per-turn message replacement (each continuati
 re-sends the question, the last reply and the images; we keep one growing conversation)
 and its long continuation texts (ours are short, stage-aware templates).
 `agent.views="preset"` restricts angles to the paper-era RL prompt's (-45, 0), (45, 0),
-(0, 60). Cost: 8 x H200 for one epoch in the paper.
+(0, 60). Cost: 8 x H200 for one epoch of the 977 prompts in the paper (61 GRPO steps of
+16 prompts x 8 rollouts here; its wall time is not published: unknown).
 
 `cpu`: a tiny random Qwen3-VL policy (0.2M parameters, two DeepStack blocks) on
 synthetic_spatial/tiny (built on first
@@ -50,6 +74,9 @@ def get_config(variant: str = "reference"):
   c.rl.update(steps=-1, data_epochs=1.0, prompts=16)
   c.rl.optimizer.update(learning_rate=1e-6, warmup_ratio=0.05, clip_norm=0.5, decay="cosine",
                         final_fraction=0.0, weight_decay_mask="transformers")
+  if variant == "reference":  # MindCube's train questions with Think3D's caches
+    c.data.update(builder="spatial_benchmark", config="mindcube", train_split="train",
+                  eval_split="test")
   shrink_for_cpu(c)
   if variant == "cpu":
     c.data.prompt_tokens = 512  # the system message and up to 8 input views of 96 x 72

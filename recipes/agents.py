@@ -152,6 +152,96 @@ def data_limits(c):
   return SYNTHETIC_LIMITS
 
 
+def loads_images(c, agent) -> bool:
+  """Whether the tasks carry their stored views (`Task.input_images`): Think3D's first
+  prompt shows them; on a benchmark PERIA's image 0 is the task's own image (ChartQA's
+  chart; `envs.peria.initial_image`), on the synthetic sets a render."""
+  return bool(agent.input_views) or (getattr(agent, "benchmark_images", False)
+                                     and c.data.builder == "spatial_benchmark")
+
+
+def build_command(c, agent) -> str:
+  """The command that prepares the config's dataset, with what its source folder holds."""
+  d = c.data
+  if d.builder == "synthetic_spatial":
+    return (f"python -m launch.build_data --config {d.config} --data-dir {d.data_dir} (or "
+            "--config.data.build=True)")
+  if d.builder != "spatial_benchmark":
+    return f"prepare the TFDS dataset {d.builder}/{d.config} under {d.data_dir}"
+  from data_pipelines.builders.spatial_benchmark import SPLITS  # pylint: disable=import-outside-toplevel
+  command = (f"python -m launch.build_benchmark --benchmark {d.config} --source DIR "
+             f"--data-dir {d.data_dir}")
+  if loads_images(c, agent):
+    command += f" --width {c.agent.width} --height {c.agent.height}"
+  if agent.name == "think3d" and not (c.get("reconstruction") or {}).get("backend", ""):
+    from data_pipelines import scene_caches  # pylint: disable=import-outside-toplevel
+    cached = {"mindcube_tiny": "mindcube", "blink_mv": "blink"}.get(d.config, d.config)
+    command += (" --caches CACHES (Think3D's point clouds of every image set, with "
+                "manifest.json" + (
+                    f": python -m launch.reconstruct_scenes --benchmark {cached} --questions "
+                    "QUESTIONS --root DIR --out CACHES --backend pi3 --checkpoint PI3)"
+                    if cached in scene_caches.BENCHMARKS else ")"))
+  wanted = [f for split in dict.fromkeys((d.train_split, d.eval_split))
+            for f in SPLITS.get(d.config, {}).get(split, ())]
+  wanted += [_SOURCE_FILES[d.config]] if d.config in _SOURCE_FILES else []
+  return command + (f"; DIR holds {', '.join(wanted)}" if wanted else "")
+
+
+# What a benchmark's source folder holds besides its question files.
+_SOURCE_FILES = {"mindcube": "the images the rows name", "mindcube_tiny": "the images the "
+                 "rows name", "scanqa": "scans/<scene_id>/ (ScanNet v2's layout)",
+                 "sqa3d": "scans/<scene_id>/ (ScanNet v2's layout)",
+                 "chartqa": "the charts under <split>/png/"}
+
+
+def check_inputs(c, agent) -> None:
+  """What the run reads, all named at once before anything loads: the policy folder (the
+  reference variant needs one), the prepared dataset and its splits, the teacher
+  trajectories SFT replays. Unset flags raise ValueError, absent files FileNotFoundError,
+  each naming the flag or the command that makes it."""
+  where = f"{c.name} (variant {c.get('variant', 'reference')!r})"
+  unset, absent = [], []
+  checkpoint = c.model.checkpoint
+  if not checkpoint and c.get("variant") == "reference":
+    unset.append(f"--config.model.checkpoint=/path/to/hf_folder (a Hugging Face "
+                 f"{c.model.family} folder: config.json, safetensors, tokenizer)")
+  elif checkpoint:
+    folder = epath.Path(checkpoint)
+    if not folder.is_dir():
+      absent.append(f"model.checkpoint {checkpoint}: no such folder")
+    elif not (folder / "config.json").is_file():
+      absent.append(f"model.checkpoint {checkpoint}: no config.json (expected a Hugging "
+                    "Face model folder)")
+  if c.sft.steps > 0 and c.sft.trajectories != "scripted":
+    if not c.sft.trajectories:
+      unset.append("--config.sft.trajectories=/path/to/trajectories.jsonl (teacher "
+                   "trajectories: JSON lines of model turns, by question_id on a benchmark; "
+                   "data_pipelines/synthetic/teachers.py) or --config.sft.steps=0")
+    elif not epath.Path(c.sft.trajectories).is_file():
+      absent.append(f"sft.trajectories {c.sft.trajectories}: no such file")
+  d = c.data
+  if d.builder == "spatial_benchmark":
+    from data_pipelines.builders import SpatialBenchmark, task_limits  # pylint: disable=import-outside-toplevel
+    task_limits(d.config)  # a known benchmark name
+    builder = SpatialBenchmark(data_dir=str(d.data_dir), config=d.config)
+    splits = (d.train_split,) + ((d.eval_split,) if c.eval.tasks else ())
+    if not builder.is_prepared():
+      absent.append(f"data: benchmark {d.config} is not prepared under {d.data_dir}: run "
+                    + build_command(c, agent))
+    else:
+      built = sorted(builder.info.splits.keys())
+      lacking = [s for s in dict.fromkeys(splits) if s not in built]
+      if lacking:
+        absent.append(f"data: benchmark {d.config} under {d.data_dir} has splits {built}, "
+                      f"not {lacking}: rebuild it with {build_command(c, agent)}")
+  if unset:
+    raise ValueError(f"{where} trains a pretrained policy on the published data; missing: "
+                     + "; ".join(unset) + "; or run the ':cpu' variant"
+                     + ("" if not absent else ". Also: " + "; ".join(absent)))
+  if absent:
+    raise FileNotFoundError(f"{where}: " + "; ".join(absent))
+
+
 def data_source(c, split: str):
   """A split of the task dataset: the synthetic builder (built on first use when
   `data.build`), a benchmark `launch.build_benchmark` prepared (`data.builder`
@@ -258,7 +348,7 @@ class TeacherData:
     tasks = []
     for scene, question, _ in chosen:
       found = scene_tasks(self.source[scene], points=c.data.points,
-                          input_images=recipe.agent.input_views, limits=data_limits(c))
+                          input_images=recipe.input_images, limits=data_limits(c))
       if question >= len(found):
         raise ValueError(f"SFT: scene {scene} has {len(found)} questions, no question "
                          f"{question}")
@@ -279,15 +369,13 @@ class AgentRecipe(Experiment):
   def __init__(self, config):
     c = self.c = config
     self.name = c.name
-    if not c.model.checkpoint and c.get("variant") == "reference":
-      raise ValueError(f"{c.name}: the reference variant trains a pretrained policy: give "
-                       "--config.model.checkpoint=/path/to/hf_folder (and the dataset: "
-                       "--config.data.data_dir), or run the ':cpu' variant")
+    self.agent = make_agent(c.agent, c.rollout.max_turns, c.reward.get("weights", {}))
+    check_inputs(c, self.agent)
+    self.input_images = loads_images(c, self.agent)
     for name, rows in (("rl.prompts", c.rl.prompts), ("sft.batch", c.sft.batch),
                        ("eval.batch", c.eval.batch)):
       if rows % jax.process_count():
         raise ValueError(f"{name} {rows} does not split over {jax.process_count()} processes")
-    self.agent = make_agent(c.agent, c.rollout.max_turns, c.reward.get("weights", {}))
     self.teacher = None
     self.data_iterator = None
 
@@ -321,16 +409,29 @@ class AgentRecipe(Experiment):
     """The training split and this process's RL task stream (its state is checkpointed)."""
     c = self.c
     self.train_source = data_source(c, c.data.train_split)
-    if self.agent.input_views:  # Think3D renders with the dataset cameras' intrinsics
-      view = tuple(np.asarray(self.train_source[0]["images"][0]).shape[:2])
+    first = self.train_source[0]
+    if self.input_images:
+      # Think3D renders with the dataset cameras' intrinsics and shows the stored views;
+      # PERIA's image list starts with the stored view.
+      view = tuple(np.asarray(first["images"][0]).shape[:2])
       if view != (c.agent.height, c.agent.width):
-        raise ValueError(f"{self.agent.name} renders with the dataset's camera intrinsics, "
-                         f"made for {view[1]}x{view[0]} views: set agent.width / "
-                         f"agent.height to those (got {c.agent.width}x{c.agent.height})")
+        why = ("renders with the dataset's camera intrinsics" if self.agent.input_views else
+               "starts its image list from the dataset's stored views")
+        raise ValueError(f"{self.agent.name} {why}, made for {view[1]}x{view[0]} views: set "
+                         f"--config.agent.width={view[1]} --config.agent.height={view[0]} "
+                         f"(got {c.agent.width}x{c.agent.height}), or rebuild the data at "
+                         f"that size: {build_command(c, self.agent)}")
+    if (self.agent.name == "think3d" and self.agent.reconstruction is None
+        and len(first["xyz"]) == 0):
+      raise ValueError(f"think3d renders views of the scene's point cloud, but "
+                       f"{c.data.config} was built without clouds (geometry 'none'): "
+                       f"{build_command(c, self.agent)}; or reconstruct each scene online "
+                       "(--config.reconstruction.backend=pi3 "
+                       "--config.reconstruction.checkpoint=PI3)")
     self.data_iterator = iter(task_batches(
         self.train_source, c.rl.prompts // jax.process_count(), seed=c.seed, num_epochs=None,
         shard=(jax.process_index(), jax.process_count()), points=c.data.points,
-        input_images=self.agent.input_views, limits=data_limits(c)))
+        input_images=self.input_images, limits=data_limits(c)))
 
   def phases(self):
     return make_phases(self.c, rl_steps(self.c, self.train_source))
@@ -398,7 +499,7 @@ class AgentRecipe(Experiment):
     per_process = c.eval.batch // jax.process_count()
     batches = task_batches(source, per_process, shuffle=False, drop_remainder=False,
                            shard=(jax.process_index(), jax.process_count()),
-                           points=c.data.points, input_images=self.agent.input_views,
+                           points=c.data.points, input_images=self.input_images,
                            limits=data_limits(c))
     # Categories: the synthetic families, or a benchmark's raw categories (strings).
     names = list(FAMILIES) if c.data.builder != "spatial_benchmark" else sorted({

@@ -20,7 +20,8 @@ Configs (the names `launch.build_benchmark --benchmark` takes) and what `source`
                  <scene_id>/ in ScanNet v2's layout
   sqa3d          balanced/v1_balanced_{questions,sqa_annotations}_test_scannetv2.json
                  (test; train likewise) and scans/
-  chartqa        test/test_human.json, test/test_augmented.json, test/png/
+  chartqa        test/test_human.json, test/test_augmented.json, test/png/ (test); train/
+                 likewise (train: PERIA's recipe trains on it)
   hrbench        hr_bench_4k.tsv (split test_4k), hr_bench_8k.tsv (test_8k)
 
 Options (`options=`, `launch.build_benchmark` flags): width / height of the stored views,
@@ -73,7 +74,7 @@ SPLITS = {
     "sqa3d": {split: (f"balanced/v1_balanced_questions_{split}_scannetv2.json",
                       f"balanced/v1_balanced_sqa_annotations_{split}_scannetv2.json")
               for split in ("test", "train")},
-    "chartqa": {"test": ("test/test_human.json",)},
+    "chartqa": {"test": ("test/test_human.json",), "train": ("train/train_human.json",)},
     "hrbench": {"test_4k": ("hr_bench_4k.tsv",), "test_8k": ("hr_bench_8k.tsv",)},
 }
 

@@ -4,8 +4,12 @@ interaction tool applied to one of its images, the result appended as the next i
   reset(key, task, params) -> (obs, state)       image 0: the task's initial view
   step(key, state, action, params) -> (obs, state, reward, done, info)
 
-PERIA's own tasks are images (charts, maps, documents); here image 0 is a render of the
-task's scene from its initial camera, so the synthetic 3D tasks serve this agent too.
+PERIA's own tasks are images (charts, maps, documents): a task that carries its input
+views' images (`Task.has_input_images`, a static shape: a benchmark's stored views, e.g.
+ChartQA's letterboxed chart) starts from its image at the initial camera (the first input
+view whose pose is the initial camera's: view 0 for image benchmarks), which must be
+params' width x height; a task without images (the synthetic 3D sets) starts from a render
+of its scene from the initial camera, so those tasks serve this agent too.
 
 The six interaction tools of the public tool server, with its argument names (`image_index`
 is a position in the image list; coordinates are in [0, scale], Qwen-VL grounding: 1000):
@@ -201,17 +205,36 @@ def _point_bounds(tool: Array, max_points: int) -> tuple[Array, Array]:
   return low[k], high[k]
 
 
-def reset(key: Array, task: Task, params: PeriaParams = PeriaParams()):
-  """Image 0 renders the scene from the task's initial camera pose at `hfov_deg`. A task
-  whose initial camera is unusable raises when its values are concrete (`check_task`);
-  under jit or vmap the episode starts done instead (every call fails with "limit")."""
-  del key
-  check_task(task)
+def initial_image(task: Task, params: PeriaParams = PeriaParams()) -> Array:
+  """Image 0 [H, W, 3] uint8: with the task's input images (a static shape check), the
+  image of the first real input view whose pose is the initial camera's (view 0 when none
+  is); else the scene rendered from the initial camera's pose at `hfov_deg`. Input images
+  of another size than params' width x height raise ValueError naming both."""
+  if task.has_input_images:
+    height, width = task.input_images.shape[-3:-1]
+    if (height, width) != (params.height, params.width):
+      raise ValueError(f"PeriaParams: the image list is {params.width}x{params.height} but "
+                       f"Task.input_images are {width}x{height}: image 0 is the task's input "
+                       f"view; set width={width}, height={height}")
+    poses = task.input_cameras.world_from_camera
+    real = jnp.arange(poses.shape[0]) < task.num_input_cameras
+    same = real & jnp.all(poses == task.initial_camera.world_from_camera, axis=(-2, -1))
+    return task.input_images[jnp.argmax(same)]  # argmax: the first match; none: view 0
   camera = Camera.from_fov(params.hfov_deg, params.width, params.height,
                            task.initial_camera.world_from_camera)
+  return render(task.cloud, camera, params.height, params.width, params.splat_radius,
+                params.background, point_radius=params.point_radius).rgb
+
+
+def reset(key: Array, task: Task, params: PeriaParams = PeriaParams()):
+  """Image 0 is `initial_image`: the task's input view at the initial camera when the task
+  carries images, else a render of the scene from the initial camera. A task whose initial
+  camera is unusable raises when its values are concrete (`check_task`); under jit or vmap
+  the episode starts done instead (every call fails with "limit")."""
+  del key
+  check_task(task)
   usable = jnp.all(jnp.isfinite(task.initial_camera.world_from_camera))
-  image = render(task.cloud, camera, params.height, params.width, params.splat_radius,
-                 params.background, point_radius=params.point_radius).rgb
+  image = initial_image(task, params)
   images = jnp.zeros((params.max_images, params.height, params.width, 3), jnp.uint8)
   zero = jnp.zeros((), jnp.int32)
   state = PeriaState(task=task, images=images.at[0].set(image), count=zero + 1, calls=zero,

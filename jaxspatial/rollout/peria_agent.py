@@ -80,6 +80,9 @@ class PeriaAgent(turns.AnswerTurns):
   name: ClassVar[str] = "peria"
   accuracy_key: ClassVar[str] = "correct"
   input_views: ClassVar[bool] = False
+  # On a benchmark the tasks carry their stored views and image 0 is the task's own image
+  # (`peria.initial_image`: ChartQA's chart), so the recipe loads them; else a render.
+  benchmark_images: ClassVar[bool] = True
 
   @classmethod
   def from_config(cls, agent, max_turns: int, reward_weights=None) -> "PeriaAgent":

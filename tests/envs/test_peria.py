@@ -204,3 +204,85 @@ def test_vmapped_steps_equal_single_steps(start, step):
     for a, b in zip(jax.tree.leaves(jax.tree.map(lambda x: x[i], batched)),
                     jax.tree.leaves(single)):
       np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+# -- tasks that carry their images (image benchmarks: ChartQA's letterboxed chart) ------------
+
+SMALL = peria.PeriaParams(width=40, height=30, max_images=3, max_turns=3, max_path_points=4)
+
+
+def image_task(views=2, initial=0, size=(30, 40), cloud_points=0):
+  """A geometry "none" task as the loader builds it from a benchmark: the stored views at
+  nominal identity-pose cameras (an empty cloud: all points invalid, bounds given), or
+  with `initial` a view whose pose differs (a scan's view k)."""
+  from jaxspatial.geometry import Camera, PointCloud  # pylint: disable=import-outside-toplevel
+  h, w = size
+  rng = np.random.default_rng(views * 10 + initial)
+  images = rng.integers(0, 256, (views, h, w, 3), dtype=np.uint8)
+  poses = np.tile(np.eye(4, dtype=np.float32), (views, 1, 1))
+  if initial:
+    poses[:, 0, 3] = np.arange(views, dtype=np.float32)  # view k sits at x = k
+  focal = np.full(views, float(max(h, w)), np.float32)
+  cameras = Camera.create(focal, focal, np.full(views, (w - 1) / 2, np.float32),
+                          np.full(views, (h - 1) / 2, np.float32), poses)
+  n = max(cloud_points, 8)
+  cloud = PointCloud.create(np.ones((n, 3), np.float32), np.zeros((n, 3), np.uint8),
+                            valid=np.arange(n) < cloud_points)
+  task = Task.create(cloud, cameras, jax.tree.map(lambda x: x[initial], cameras),
+                     scene_min=np.zeros(3), scene_max=np.zeros(3), input_images=images)
+  return task, images
+
+
+def test_image_zero_is_the_tasks_input_view_when_it_has_images():
+  task, images = image_task()
+  assert task.has_input_images
+  obs, state = peria.reset(jax.random.PRNGKey(0), task, SMALL)
+  np.testing.assert_array_equal(np.asarray(obs.image), images[0])
+  np.testing.assert_array_equal(np.asarray(state.images[0]), images[0])
+  assert int(obs.index) == 0 and int(state.count) == 1 and not bool(state.done)
+  # The tools act on it: the whole-image crop is the image, a box is drawn on it.
+  whole = call("image_crop", 0, (0, 0, 1000, 1000))
+  obs, state, _, _, info = peria.step(jax.random.PRNGKey(0), state, whole, SMALL)
+  assert not bool(info["invalid"]) and int(obs.index) == 1
+  np.testing.assert_allclose(np.asarray(obs.image, float), images[0], atol=0.51)
+  obs, state, _, _, _ = peria.step(jax.random.PRNGKey(0), state,
+                                   call("bounding_box", 0, (0, 0, 500, 500)), SMALL)
+  expected = pil(images[0], lambda d: d.rectangle((0, 0, 20, 15), outline=(0, 128, 0), width=3))
+  np.testing.assert_array_equal(np.asarray(obs.image), expected)
+
+
+def test_image_zero_is_the_view_at_the_initial_camera():
+  task, images = image_task(views=3, initial=2)
+  obs, _ = peria.reset(jax.random.PRNGKey(0), task, SMALL)
+  np.testing.assert_array_equal(np.asarray(obs.image), images[2])
+
+
+def test_image_tasks_under_jit_and_vmap():
+  tasks = [image_task(views=2)[0], image_task(views=2, initial=1)[0]]
+  batch = jax.tree.map(lambda *x: jnp.stack(x), *tasks)
+  obs, state = jax.jit(jax.vmap(peria.reset, (None, 0, None)), static_argnums=2)(
+      jax.random.PRNGKey(0), batch, SMALL)
+  for k, task in enumerate(tasks):
+    expected = np.asarray(task.input_images[k])  # task 0 starts at view 0, task 1 at view 1
+    np.testing.assert_array_equal(np.asarray(obs.image[k]), expected)
+    np.testing.assert_array_equal(np.asarray(state.images[k, 0]), expected)
+
+
+def test_image_of_another_size_is_refused_naming_both_sizes():
+  task, _ = image_task(size=(30, 40))
+  with pytest.raises(ValueError, match=r"image list is 64x48 but Task.input_images are 40x30"
+                     r".*set width=40, height=30"):
+    peria.reset(jax.random.PRNGKey(0), task, peria.PeriaParams(width=64, height=48,
+                                                               max_images=3, max_turns=3))
+
+
+def test_a_task_without_images_still_renders_its_initial_camera(start):
+  """The synthetic 3D tasks (no stored images: [K, 0, 0, 3]) start from the render."""
+  obs, state = start
+  assert not state.task.has_input_images
+  camera = peria.Camera.from_fov(PARAMS.hfov_deg, W, H,
+                                 state.task.initial_camera.world_from_camera)
+  expected = peria.render(state.task.cloud, camera, H, W, PARAMS.splat_radius,
+                          PARAMS.background).rgb
+  np.testing.assert_array_equal(np.asarray(obs.image), np.asarray(expected))
+  assert np.asarray(obs.image).std() > 0  # the room is visible
