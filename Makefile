@@ -24,7 +24,8 @@ $(DEV_STAMP): pyproject.toml constraints.txt | $(PY)
 # The runtime install alone (cluster workers: launch/tpu_pod.sh).
 install: $(RUNTIME_STAMP)
 
-# open3d needs Debian's libusb-1.0-0 to import.
+# open3d needs Debian's libusb-1.0-0 to import; the SpatialClaw kernel (jaxspatial/agents)
+# runs model-written code only inside bubblewrap (bwrap).
 system-deps:
 	@if ! ldconfig -p | grep -q 'libusb-1.0.so.0'; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
@@ -32,6 +33,14 @@ system-deps:
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libusb-1.0-0 >/dev/null; \
 	  else \
 	    echo "warning: libusb-1.0-0 is missing and I am not root: open3d will not import" >&2; \
+	  fi; \
+	fi
+	@if ! command -v bwrap >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing bubblewrap (the SpatialClaw kernel's sandbox)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null; \
+	  else \
+	    echo "warning: bubblewrap is missing and I am not root: the SpatialClaw kernel will refuse to run (apt-get install bubblewrap)" >&2; \
 	  fi; \
 	fi
 
@@ -87,6 +96,7 @@ bench: $(DEV_STAMP) system-deps
 	$(PY) -m benchmarks.rollout_bench
 	$(PY) -m benchmarks.train_bench
 	$(PY) -m benchmarks.perception_bench
+	$(PY) -m benchmarks.claw_bench
 
 device-bench: $(DEV_STAMP) system-deps
 	$(PY) -m benchmarks.device_suite

@@ -6,7 +6,7 @@ prepared benchmark with the papers' protocols.
 
     python -m launch.eval --benchmark NAME --data-dir DIR
         (--checkpoint HF_FOLDER | --endpoint URL --model NAME)
-        [--agent think3d|act3d|peria|none] [--seeds 3] [--limit N] --out DIR
+        [--agent think3d|act3d|peria|spatialclaw|none] [--seeds 3] [--limit N] --out DIR
 
 The first form: the demo: the test split, the policy and the same policy answering from the
 first view; the agent recipes: greedy accuracy per question family on `--split` (default:
@@ -16,7 +16,9 @@ directory (default: the config's `workdir`).
 The second (recipes/benchmark_run.py): NAME is a benchmark `launch.build_benchmark`
 prepared under DIR (mindcube, mindcube_tiny, blink_mv, vsibench, vsibench_tiny, scanqa, ...);
 the model answers each question without tools and, with an agent, runs the agent's
-episodes (the agent block of its paper's config, or of `--config`), once per seed; writes
+episodes (the agent block of its paper's config, or of `--config`), once per seed (SpatialClaw:
+configs/spatialclaw.py, host-loop episodes in a sandboxed kernel per question, sampled at its
+config's temperature, 0.6); writes
 OUT/results.json, results.md (the paper's layout), predictions.jsonl, episodes.html and
 run.json. An endpoint's key is read from the environment variable `--api_key_env` names.
 `--judge_endpoint URL --judge_model NAME`: open answers (ScanQA, SQA3D) scored by an LLM
@@ -45,7 +47,7 @@ import recipes
 
 # The paper config whose agent block `--agent` takes.
 AGENT_CONFIGS = {"think3d": "configs.think3d_rl", "act3d": "configs.act3d_grpo",
-                 "peria": "configs.peria_or_gigpo"}
+                 "peria": "configs.peria_or_gigpo", "spatialclaw": "configs.spatialclaw"}
 
 _CHECKPOINT = flags.DEFINE_string("checkpoint", None, "a run's work directory; with "
                                   "--benchmark, a policy folder (Hugging Face layout)")
@@ -102,7 +104,7 @@ def _benchmark() -> dict:
                                            max_requests=_MAX_REQUESTS.value),
                               temperature=_TEMPERATURE.value)
   else:
-    rollout = dict(config.rollout) if config is not None else {}
+    rollout = dict(config.get("rollout", {})) if config is not None else {}
     backend = PolicyBackend(_CHECKPOINT.value, temperature=_TEMPERATURE.value,
                             rollout=rollout)
   agent = None if config is None else benchmark_agent(config, backend)

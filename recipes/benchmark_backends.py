@@ -10,9 +10,16 @@ agent's episodes (`episodes`), returning one `Episode` per task row.
   through `serving.PromptBuilder` + `serving.Engine` (the chat template, images resized as
   the processor does, generation under jit, one program per bucket); episodes as compiled
   rollouts (`rollout.AgentRollout`), the seed as the rollout key.
+
+SpatialClaw (`SpatialClawAgent`, configs/spatialclaw.py) runs on the host instead: its
+episodes are `jaxspatial.agents.loop` episodes, each with its own kernel, over the task's
+input views; the model is the backend's (`chat_model(seed)`: the endpoint with the seed in
+its requests, or the policy's engine behind a batcher seeded with it).
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import jax
 import jax.numpy as jnp
@@ -78,6 +85,16 @@ class EndpointBackend:
       self.endpoint.extra_body = base
     return [Episode("", reply.strip(), views[r], [reply], requests=1)
             for r, reply in enumerate(replies)]
+
+  @contextlib.contextmanager
+  def chat_model(self, seed: int):
+    """The endpoint as a host loop's chat model, the seed in every request meanwhile."""
+    from jaxspatial.agents.backends import EndpointChat  # pylint: disable=import-outside-toplevel
+    base = self._seeded(seed)
+    try:
+      yield EndpointChat(self.endpoint)
+    finally:
+      self.endpoint.extra_body = base
 
   def episodes(self, agent, tasks, seed: int) -> list[Episode]:
     records = api_rollout(self.endpoint, agent, tasks, jax.random.PRNGKey(seed),
@@ -147,6 +164,17 @@ class PolicyBackend:
                            requests=1))
     return out
 
+  @contextlib.contextmanager
+  def chat_model(self, seed: int):
+    """The policy as a host loop's chat model: this backend's engine behind a batcher
+    (concurrent requests run as batches) whose sampling keys start from `seed`."""
+    from jaxspatial.agents.backends import PolicyChat  # pylint: disable=import-outside-toplevel
+    chat = PolicyChat.from_engine(self.engine, self.builder, self.name, seed=seed)
+    try:
+      yield chat
+    finally:
+      chat.close()
+
   def episodes(self, agent, tasks, seed: int) -> list[Episode]:
     # pylint: disable=import-outside-toplevel
     from jaxspatial.rollout.runner import AgentRollout
@@ -169,12 +197,87 @@ class PolicyBackend:
     return out
 
 
+class SpatialClawAgent:
+  """SpatialClaw on a benchmark's tasks (configs/spatialclaw.py): `episodes` runs one loop
+  episode per question (its input views as the frames; Metadata: frame count and size,
+  question, options, answer format) and returns them as `Episode`s: the prediction is
+  the accepted ReturnAnswer value as text, the views the images the model saw, the turns
+  the plan, each reply and each feedback."""
+
+  name = "spatialclaw"
+  host_loop = True  # run_benchmark calls `episodes(backend, tasks, questions, seed, spec)`
+
+  def __init__(self, loop, reconstruction: dict | None = None, sam3: str = "",
+               device: str = "cpu"):
+    self.loop = loop
+    self.reconstruction = dict(reconstruction or {})
+    self.sam3, self.device = sam3, device
+
+  @classmethod
+  def from_config(cls, config) -> "SpatialClawAgent":
+    # pylint: disable=import-outside-toplevel
+    from jaxspatial.agents.kernel import Limits
+    from jaxspatial.agents.loop import LoopConfig
+    from jaxspatial.agents.tools import ToolLimits
+    settings = {k: v for k, v in dict(config.agent).items() if k != "name"}
+    limits = ToolLimits(image_long_edge=settings.get("image_long_edge", 768),
+                        **dict(config.get("tools", {})))
+    loop = LoopConfig(kernel_limits=Limits(**dict(config.get("kernel", {}))),
+                      tool_limits=limits, **settings)
+    block = config.get("reconstruction") or {}
+    reconstruction = dict(block) if block and block.get("backend") else None
+    perception = config.get("perception") or {}
+    sam3 = (perception.get("models") or {}).get("sam3", "") or ""
+    return cls(loop, reconstruction, sam3, perception.get("device", "cpu"))
+
+  def _geometry(self, tasks, row: int, views: int):
+    # pylint: disable=import-outside-toplevel
+    from jaxspatial.agents.tools import CloudGeometry, ModelGeometry
+    if self.reconstruction:
+      block = self.reconstruction
+      return ModelGeometry(block["backend"], block.get("checkpoint") or None,
+                           block.get("device", "cpu"))
+    cloud = jax.tree.map(lambda x: np.asarray(x)[row], tasks.cloud)
+    if not np.asarray(cloud.valid).any():
+      return None
+    cameras = jax.tree.map(lambda x: np.asarray(x)[row][:views], tasks.input_cameras)
+    return CloudGeometry(cloud, cameras)
+
+  def inputs(self, tasks, questions, spec=None) -> list:
+    """One loop input per question (the rows of `tasks` in order)."""
+    # pylint: disable=import-outside-toplevel
+    from jaxspatial.agents.loop import EpisodeInput
+    from jaxspatial.agents.tools import SAM3Segmenter
+    segmenter = SAM3Segmenter(self.sam3, device=self.device) if self.sam3 else None
+    out = []
+    for row, question in enumerate(questions):
+      frames = np.ascontiguousarray(question_views(tasks, row), np.uint8)
+      kind = "number" if spec is not None and spec.metric(question) == "mra" else "text"
+      out.append(EpisodeInput(frames, question.question, tuple(question.options), kind,
+                              question_id=question.question_id,
+                              geometry=self._geometry(tasks, row, len(frames)),
+                              segmenter=segmenter))
+    return out
+
+  def episodes(self, backend, tasks, questions, seed: int, spec=None) -> list[Episode]:
+    """The questions' episodes (`questions`: the BenchmarkQuestions of the batch's real
+    rows, in order) with the backend's model, `loop.concurrency` at a time."""
+    from jaxspatial.agents.loop import run_episodes  # pylint: disable=import-outside-toplevel
+    inputs = self.inputs(tasks, questions, spec)
+    with backend.chat_model(seed) as chat:
+      results = run_episodes(chat, inputs, self.loop)
+    return [Episode(r.question_id, r.prediction.strip(), list(r.views), list(r.turns),
+                    requests=r.requests, error=r.error) for r in results]
+
+
 def benchmark_agent(config, backend):
   """The tool agent of a paper config (its `agent`, `rollout.max_turns`, `reward` blocks)
   with the config's online reconstruction (Think3D on benchmarks without clouds: VSI-Bench's
   sampled frames) and perception tools (PERIA; they need a policy's tokenizer, so a policy
-  backend)."""
+  backend). SpatialClaw's config (agent.name "spatialclaw") gives a `SpatialClawAgent`."""
   # pylint: disable=import-outside-toplevel
+  if config.agent.get("name") == "spatialclaw":
+    return SpatialClawAgent.from_config(config)
   from jaxspatial.rollout.registry import make_agent
   from recipes.agents import make_perception, make_reconstruction
   agent = make_agent(config.agent, config.rollout.max_turns,

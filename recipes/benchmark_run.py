@@ -5,10 +5,12 @@
 
 Settings, side by side: "no_tools" (the model answers from the question's input views, one
 request or one generation per question) and, with an agent, "tools" (the agent's episodes:
-Think3D's view tool, Act3D's camera moves, PERIA's image tools). Each runs once per seed;
-the protocol (data_pipelines.protocols: columns, metrics, overall) scores every answer and
-`benchmark_eval.evaluate_predictions` aggregates over seeds (mean, spread, n) and the
-tools - no_tools difference.
+Think3D's view tool, Act3D's camera moves, PERIA's image tools, or SpatialClaw's code steps
+in a per-episode kernel: an agent with `host_loop` runs its own episodes,
+`agent.episodes(backend, tasks, questions, seed, spec)`, on the batch's real rows). Each
+runs once per seed; the protocol (data_pipelines.protocols: columns, metrics, overall)
+scores every answer and `benchmark_eval.evaluate_predictions` aggregates over seeds
+(mean, spread, n) and the tools - no_tools difference.
 
 Backends (`EndpointBackend`, `PolicyBackend`): an OpenAI-compatible chat endpoint (images
 as data URLs; `perception.ChatEndpoint`: concurrency, retries, a request budget, the key
@@ -225,7 +227,7 @@ def run_benchmark(benchmark: str, data_dir, out_dir, backend, *, agent=None,
     raise ValueError(f"seeds: expected distinct seeds, got {list(seeds)}")
   settings = tuple(settings or (("no_tools", "tools") if agent is not None else ("no_tools",)))
   if "tools" in settings and agent is None:
-    raise ValueError("setting 'tools' needs an agent (--agent think3d|act3d|peria)")
+    raise ValueError("setting 'tools' needs an agent (--agent think3d|act3d|peria|spatialclaw)")
   by_id = {q.question_id: q for q in questions}
   if len(by_id) != len(questions):
     raise ValueError(f"{benchmark}: question ids repeat in split {split!r}")
@@ -243,7 +245,10 @@ def run_benchmark(benchmark: str, data_dir, out_dir, backend, *, agent=None,
       answers: dict[str, str] = {}
       kept: list[Episode] = []
       for tasks, ids, real in task_stream(source, benchmark, set(by_id), batch, points):
-        if setting == "tools":
+        if setting == "tools" and getattr(agent, "host_loop", False):
+          # SpatialClaw: host-loop episodes of the real rows only (no padding rows).
+          results = agent.episodes(backend, tasks, [by_id[i] for i in ids], seed, spec)
+        elif setting == "tools":
           results = backend.episodes(agent, tasks, seed)
         else:
           prompts = [system_prompt(spec, by_id[i]) for i in ids]

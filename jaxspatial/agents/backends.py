@@ -1,0 +1,169 @@
+"""The models SpatialClaw's loop talks to: `chat(messages, temperature, max_tokens) -> str`.
+
+Messages are OpenAI-shaped dicts whose content is a string or a list of parts, text
+{"type": "text", "text": ...} and images {"type": "image", "image": uint8 [H, W, 3]}
+(numpy; each backend encodes them its own way).
+
+- EndpointChat: an OpenAI-compatible endpoint (`perception.judge.ChatEndpoint`:
+  concurrency, retries, a request budget, the key from an environment variable); images
+  as PNG data URLs, as recipes/benchmark_backends.py's EndpointBackend sends them. A seed
+  goes in the endpoint's `extra_body` (the caller sets it for a whole run).
+- PolicyChat: a jaxspatial policy folder on this machine's devices, through the serving
+  path a chat server uses: `serving.PromptBuilder` (the folder's chat template, images
+  resized as its processor does, vision tokens expanded) and `serving.Engine` behind a
+  `serving.Batcher`, so the concurrent episodes' requests run as batches. Each request
+  prefills the whole history so far and generates until the chat format's stop token
+  (or `max_tokens`); the host runs the code between requests.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Protocol, Sequence
+
+import numpy as np
+
+
+class ChatModel(Protocol):
+  name: str
+
+  def chat(self, messages: Sequence[dict], temperature: float = 0.0,
+           max_tokens: int = 1024) -> str:
+    ...
+
+
+def _parts(content: Any) -> list:
+  if isinstance(content, str):
+    return [{"type": "text", "text": content}]
+  return list(content)
+
+
+def openai_messages(messages: Sequence[dict]) -> list[dict]:
+  """Messages with image parts as OpenAI image_url parts (PNG data URLs); text-only
+  contents stay strings."""
+  from jaxspatial.rollout.api_agent import png_data_url  # pylint: disable=import-outside-toplevel
+  out = []
+  for message in messages:
+    content = message["content"]
+    if isinstance(content, str):
+      out.append({"role": message["role"], "content": content})
+      continue
+    parts = []
+    for part in content:
+      if part["type"] == "image":
+        parts.append({"type": "image_url", "image_url": {"url": png_data_url(part["image"])}})
+      else:
+        parts.append({"type": "text", "text": part["text"]})
+    out.append({"role": message["role"], "content": parts})
+  return out
+
+
+def count_images(messages: Sequence[dict]) -> int:
+  return sum(1 for m in messages if not isinstance(m["content"], str)
+             for p in m["content"] if p["type"] == "image")
+
+
+class EndpointChat:
+  """An OpenAI-compatible chat endpoint as the loop's model."""
+
+  def __init__(self, endpoint):
+    self.endpoint = endpoint
+    self.name = endpoint.model
+
+  def chat(self, messages: Sequence[dict], temperature: float = 0.0,
+           max_tokens: int = 1024) -> str:
+    return self.endpoint.complete(openai_messages(messages), temperature=temperature,
+                                  max_tokens=max_tokens)
+
+  def close(self) -> None:
+    pass
+
+
+class PolicyChat:
+  """A jaxspatial policy as the loop's model (see the module doc). Build it from a folder
+  (`from_folder`) or from a loaded engine and prompt builder (`from_engine`: a
+  benchmark backend's). `seed` seeds the batcher's sampling keys."""
+
+  def __init__(self, engine, builder, name: str, seed: int = 0, window_s: float = 0.02):
+    from jaxspatial.serving.batcher import Batcher  # pylint: disable=import-outside-toplevel
+    self.engine, self.builder, self.name = engine, builder, name
+    self.batcher = Batcher(engine, window_s=window_s, seed=seed)
+    self._closed = False
+    self._lock = threading.Lock()
+
+  @classmethod
+  def from_folder(cls, folder, dtype: str = "float32", chat_format: str = "auto",
+                  max_batch: int = 8, max_images: int = 128, seed: int = 0) -> "PolicyChat":
+    # pylint: disable=import-outside-toplevel
+    import pathlib
+    import jax.numpy as jnp
+    from jaxspatial.models import chat as chat_lib
+    from jaxspatial.models.policy import load_policy
+    from jaxspatial.serving.engine import Engine
+    from jaxspatial.serving.prompt import PromptBuilder
+    folder = pathlib.Path(folder)
+    processor, model = load_policy(folder, dtype=jnp.dtype(dtype), param_dtype=jnp.dtype(dtype))
+    tokenizer = getattr(processor, "tokenizer", processor)
+    chat = chat_lib.chat_format(chat_format, folder, tokenizer)
+    engine = Engine(model, tokenizer, chat.stop_ids(tokenizer), batch_buckets(max_batch))
+    builder = PromptBuilder(tokenizer, model, chat, max_images=max_images)
+    return cls(engine, builder, folder.name, seed=seed)
+
+  @classmethod
+  def from_engine(cls, engine, builder, name: str, max_images: int = 128,
+                  seed: int = 0) -> "PolicyChat":
+    """A backend's engine with a prompt builder that takes up to `max_images` images."""
+    from jaxspatial.serving.prompt import PromptBuilder  # pylint: disable=import-outside-toplevel
+    wide = PromptBuilder(builder.tokenizer, builder.model, builder.chat, max_images=max_images,
+                         max_image_pixels=builder.max_image_pixels)
+    return cls(engine, wide, name, seed=seed)
+
+  def chat(self, messages: Sequence[dict], temperature: float = 0.0,
+           max_tokens: int = 1024) -> str:
+    # pylint: disable=import-outside-toplevel
+    from jaxspatial.serving.engine import Sampling
+    from jaxspatial.serving.protocol import parse_request
+    request = parse_request({"model": self.name, "messages": openai_messages(messages),
+                             "max_tokens": int(max_tokens), "temperature": float(temperature)})
+    prompt = self.builder.build(request)
+    sampling = Sampling(temperature=0.0 if request.greedy else request.temperature)
+    return self.batcher.submit(prompt, int(max_tokens), sampling).result().text
+
+  def close(self) -> None:
+    with self._lock:
+      if not self._closed:
+        self._closed = True
+        self.batcher.close()
+
+
+def batch_buckets(max_batch: int) -> list[int]:
+  """1, 2, 4, ... up to max_batch (the engine's batch sizes)."""
+  buckets = [1]
+  while buckets[-1] < max_batch:
+    buckets.append(min(2 * buckets[-1], max_batch))
+  return buckets
+
+
+class ScriptedChat:
+  """Replies from a function of the messages (tests, scripted agents): `reply(messages)
+  -> str`. Records every request."""
+
+  def __init__(self, reply, name: str = "scripted"):
+    self.reply, self.name = reply, name
+    self.requests: list[list[dict]] = []
+    self._lock = threading.Lock()
+
+  def chat(self, messages: Sequence[dict], temperature: float = 0.0,
+           max_tokens: int = 1024) -> str:
+    del temperature, max_tokens
+    with self._lock:
+      self.requests.append(list(messages))
+    return self.reply(list(messages))
+
+  def close(self) -> None:
+    pass
+
+
+def images_of(message: dict) -> list[np.ndarray]:
+  """The images of one message, in order."""
+  return [p["image"] for p in _parts(message["content"]) if p["type"] == "image"]
