@@ -20,7 +20,8 @@ import jax.numpy as jnp
 import numpy as np
 from etils import epath
 
-from data_pipelines.loader import scene_questions, scene_tasks, task_batches
+from data_pipelines.loader import (SYNTHETIC_LIMITS, scene_questions, scene_tasks,
+                                   task_batches)
 from data_pipelines.synthetic import teachers
 from data_pipelines.synthetic.questions import FAMILIES
 from jaxspatial import models
@@ -148,7 +149,6 @@ def data_limits(c):
   if c.data.builder == "spatial_benchmark":
     from data_pipelines.builders import task_limits  # pylint: disable=import-outside-toplevel
     return task_limits(c.data.config)
-  from data_pipelines.loader import SYNTHETIC_LIMITS  # pylint: disable=import-outside-toplevel
   return SYNTHETIC_LIMITS
 
 
@@ -320,7 +320,8 @@ class TeacherData:
     self.recipe, self.source, self.path = recipe, source, path
     scenes, counts = {}, {}  # scene_seed: its index in the source, its number of questions
     ids = {}  # a benchmark's question ids: (scene_seed, question index)
-    limits = data_limits(recipe.c)
+    # A recipe's dataset sizes; without one (the pairing alone), the synthetic set's.
+    limits = data_limits(recipe.c) if recipe is not None else SYNTHETIC_LIMITS
     for i in range(len(source)):
       example = source[i]
       seed = int(example["scene_seed"])
