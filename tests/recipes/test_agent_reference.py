@@ -255,6 +255,7 @@ def _peria_teacher(path: pathlib.Path, train: dict) -> pathlib.Path:
 # -- one step of each recipe --------------------------------------------------------------------
 
 
+@pytest.mark.recipe_checks  # one step through launch.train: 1.5-2.5 min, `make train-checks`
 def test_think3d_reference_runs_a_grpo_step_on_mindcube(mindcube, tokenizer, tmp_path):
   folder = _policy(tokenizer, tmp_path / "Qwen3-VL-tiny", "qwen3_vl", chat_templates.INSTRUCT)
   workdir = tmp_path / "run"

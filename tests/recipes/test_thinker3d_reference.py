@@ -114,6 +114,7 @@ def _metrics(workdir) -> list[dict]:
           if line.strip()]
 
 
+@pytest.mark.recipe_checks  # one step through launch.train: 1.5-2.5 min, `make train-checks`
 def test_stage1_then_stage2_train_on_the_published_formats(published, tmp_path):
   stage1 = tmp_path / "stage1"
   out = _launch("configs/thinker3d_stage1.py", _flags(1, published, stage1))
