@@ -270,6 +270,20 @@ def _plan_block(plan: schema.Plan) -> str:
   return "\n".join(lines)
 
 
+def _ask(model, conversation, config, requests, result) -> str | None:
+  """The model's next reply (capped at MAX_REPLY_CHARS), or None with the episode ended as
+  an error when the request fails."""
+  try:
+    requests.add()
+    reply = model.chat(conversation.messages(), temperature=config.temperature,
+                       max_tokens=config.max_tokens)
+  except Exception as error:  # pylint: disable=broad-except
+    result.error = f"{type(error).__name__}: {str(error)[:500]}"
+    result.stop = "error"
+    return None
+  return schema.cap(reply)
+
+
 def run_episode(model, task: EpisodeInput, config: LoopConfig = LoopConfig(), *,
                 kernel_factory: Callable | None = None) -> EpisodeResult:
   """One SpatialClaw episode (see the module doc). `model`: a backends.ChatModel;
@@ -349,15 +363,9 @@ def run_episode(model, task: EpisodeInput, config: LoopConfig = LoopConfig(), *,
     return result
   with kernel:
     for number in range(1, max_steps + 1):
-      try:
-        requests.add()
-        reply = model.chat(conversation.messages(), temperature=config.temperature,
-                           max_tokens=config.max_tokens)
-      except Exception as error:  # pylint: disable=broad-except
-        result.error = f"{type(error).__name__}: {str(error)[:500]}"
-        result.stop = "error"
+      reply = _ask(model, conversation, config, requests, result)
+      if reply is None:
         break
-      reply = schema.cap(reply)  # a str of at most MAX_REPLY_CHARS
       result.turns.append(reply)
       try:
         if settings["structured"]:
@@ -440,15 +448,9 @@ def run_episode(model, task: EpisodeInput, config: LoopConfig = LoopConfig(), *,
       if settings["reflection"] and number % config.reflection_every == 0:
         parts.append(_text_part(prompts.REFLECTION))
         conversation.add_user(parts)
-        try:
-          requests.add()
-          thought = model.chat(conversation.messages(), temperature=config.temperature,
-                               max_tokens=config.max_tokens)
-        except Exception as error:  # pylint: disable=broad-except
-          result.error = f"{type(error).__name__}: {str(error)[:500]}"
-          result.stop = "error"
+        thought = _ask(model, conversation, config, requests, result)
+        if thought is None:
           break
-        thought = schema.cap(thought)
         result.reflections.append(thought)
         result.turns.append("[reflection]\n" + thought)
         conversation.add_reply(schema.strip_think(schema.cap(thought)), None)

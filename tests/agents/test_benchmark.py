@@ -11,7 +11,7 @@ import pytest
 
 from recipes import benchmark_run
 from tests.perception.chat_server import ChatServer
-from tests.recipes.test_benchmark_run import QUESTIONS, _caches, _rows, _run, _write_images
+from tests.recipes.test_benchmark_run import QUESTIONS, _rows, _run, build_small
 
 pytestmark = pytest.mark.skipif(not QUESTIONS.exists(), reason="no MindCube-Tiny file")
 
@@ -33,16 +33,7 @@ show(InputImages[0], "view 0")
 
 def test_spatialclaw_on_mindcube_tiny(tmp_path):
   rows = [r for r in _rows() if r["id"].startswith("rotation")][:3]
-  questions = tmp_path / "questions.jsonl"
-  questions.write_text("".join(json.dumps(r) + "\n" for r in rows))
-  _write_images(tmp_path / "source", rows)
-  (tmp_path / "caches").mkdir()
-  _caches(rows, tmp_path / "caches")
-  done = _run("launch.build_benchmark", "--benchmark", "mindcube_tiny", "--source",
-              str(tmp_path / "source"), "--questions", str(questions), "--data-dir",
-              str(tmp_path / "data"), "--width", "64", "--height", "48", "--caches",
-              str(tmp_path / "caches"))
-  assert done.returncode == 0, done.stderr[-3000:]
+  build_small(tmp_path, rows, 64, 48)
   by_question = {r["question"]: r for r in rows}
 
   def reply_fn(body):

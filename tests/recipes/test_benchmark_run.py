@@ -169,10 +169,9 @@ def _caches(rows, folder: pathlib.Path) -> None:
   (folder / "manifest.json").write_text(json.dumps(manifest))
 
 
-def test_tools_and_no_tools_side_by_side(tmp_path):
-  """Think3D's episodes from an endpoint: turn 1 asks for a view, turn 2 answers (right
-  for even seeds' scripted questions); the two settings and their difference."""
-  rows = [r for r in _rows() if r["id"].startswith("rotation")][:6]
+def build_small(tmp_path: pathlib.Path, rows, width: int, height: int) -> pathlib.Path:
+  """`rows` of MindCube-Tiny built through launch.build_benchmark with their images and a
+  Think3D cache per image set, views at width x height: the data folder."""
   questions = tmp_path / "questions.jsonl"
   questions.write_text("".join(json.dumps(r) + "\n" for r in rows))
   _write_images(tmp_path / "source", rows)
@@ -180,9 +179,17 @@ def test_tools_and_no_tools_side_by_side(tmp_path):
   _caches(rows, tmp_path / "caches")
   done = _run("launch.build_benchmark", "--benchmark", "mindcube_tiny", "--source",
               str(tmp_path / "source"), "--questions", str(questions), "--data-dir",
-              str(tmp_path / "data"), "--width", "64", "--height", "48", "--caches",
-              str(tmp_path / "caches"))
+              str(tmp_path / "data"), "--width", str(width), "--height", str(height),
+              "--caches", str(tmp_path / "caches"))
   assert done.returncode == 0, done.stderr[-3000:]
+  return tmp_path / "data"
+
+
+def test_tools_and_no_tools_side_by_side(tmp_path):
+  """Think3D's episodes from an endpoint: turn 1 asks for a view, turn 2 answers (right
+  for even seeds' scripted questions); the two settings and their difference."""
+  rows = [r for r in _rows() if r["id"].startswith("rotation")][:6]
+  build_small(tmp_path, rows, 64, 48)
   writer = Think3DAgent()
   by_text = {r["question"]: r for r in rows}
 
@@ -226,16 +233,7 @@ def test_policy_folder_on_device(tmp_path):
   from jaxspatial.rollout import tiny  # pylint: disable=import-outside-toplevel
   from tests import chat_templates  # pylint: disable=import-outside-toplevel
   rows = [r for r in _rows() if r["id"].startswith("around")][:3]
-  questions = tmp_path / "questions.jsonl"
-  questions.write_text("".join(json.dumps(r) + "\n" for r in rows))
-  _write_images(tmp_path / "source", rows)
-  (tmp_path / "caches").mkdir()
-  _caches(rows, tmp_path / "caches")
-  done = _run("launch.build_benchmark", "--benchmark", "mindcube_tiny", "--source",
-              str(tmp_path / "source"), "--questions", str(questions), "--data-dir",
-              str(tmp_path / "data"), "--width", "56", "--height", "56", "--caches",
-              str(tmp_path / "caches"))
-  assert done.returncode == 0, done.stderr[-3000:]
+  build_small(tmp_path, rows, 56, 56)
   folder = tmp_path / "policy"
   tok = tiny.tokenizer()
   model = tiny.model(tok, "qwen2_5_vl", seed=3)
