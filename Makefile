@@ -6,7 +6,7 @@ PIP := $(PY) -m pip install --quiet --disable-pip-version-check -c constraints.t
 RUNTIME_STAMP := $(VENV)/.runtime-installed
 DEV_STAMP := $(VENV)/.dev-installed
 
-.PHONY: install demo thinker3d recipes test train-checks bench device-bench system-deps clean
+.PHONY: install demo thinker3d recipes test slow-tests train-checks bench device-bench system-deps clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -73,6 +73,14 @@ recipes: $(RUNTIME_STAMP) system-deps
 TEST_WORKERS ?= 2
 test: $(DEV_STAMP) system-deps
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=30 tests/train tests/recipes tests/models tests
+
+# The compile-heavy end-to-end checks that do not fit CI's budget (`@pytest.mark.slow`,
+# 20 s to 4 min each): the 3DThinker stage 1 / stage 2 runs, Think3D from a pretrained
+# folder, the device suite's smoke run, 8-device and two-process runs, the real-OCR PERIA
+# episode, the on-device judge, bf16 / remat / micro-batch steps, more rollout-vs-host and
+# automaton sweeps (51 tests, about 48 minutes of test time: some 25 minutes on 2 cores).
+slow-tests: $(DEV_STAMP) system-deps
+	$(PY) -m pytest -m slow -n $(TEST_WORKERS) --dist loadfile --durations=20 tests
 
 # Every recipe (demo, Think3D-RL, Act3D, PERIA, 3DThinker stages 1 and 2) at tiny size through
 # the trainer: SIGKILL + resume equals an uninterrupted run, a NaN stops naming its step,

@@ -33,10 +33,17 @@ is printed at the end.
   train     one GRPO step on the batch-8 trajectories (f32 master weights, bf16 compute,
             remat, 2 micro-batches): tokens per second, MFU from the compiled step's cost
             analysis, peak device memory; then the old log-probabilities recomputed
+  decode    Act3D's policy family at long context: 32 greedy decode steps after a cache of
+            4k, 16k and 24k tokens, batch 1, bf16 weights (zeros: the work does not depend
+            on them) and cache, Qwen3.5-9B's hybrid decoder against Qwen2.5-VL-7B's KV
+            decoder (benchmarks/sampler_bench.py's rows at the papers' shapes): tokens per
+            second and cache bytes per episode. Last, and only rows that fit the budget
+            (each a compile of about a minute): `--parts decode --budget-s 250` as a second
+            call measures them all
 On an accelerator the rollout's set-up and every compile run on a worker thread beside
 the measurements (`--compiles serial` for undisturbed timings, at the cost of minutes).
 Order: versions, pitfalls, renderer, rollout batch 8, train, rollout batch 64, host loop,
-rollout batch 128.
+rollout batch 128, decode.
 """
 
 from __future__ import annotations
@@ -71,7 +78,7 @@ from jaxspatial import xla_workarounds
 from jaxspatial.envs import act3d
 from jaxspatial.models import memory
 from jaxspatial.models.precision import Precision
-from jaxspatial.models.qwen2_5_vl.config import TextConfig, VisionConfig
+from jaxspatial.models.qwen2_5_vl.config import Qwen25VLConfig, TextConfig, VisionConfig
 from jaxspatial.models.qwen2_5_vl.model import Qwen25VL
 from jaxspatial.models.qwen2_5_vl.preprocess import batch_vision_inputs
 from jaxspatial.train import (AdvantageConfig, OptimizerConfig, StepConfig, TrainBatch,
@@ -81,7 +88,7 @@ from jaxspatial.train import (AdvantageConfig, OptimizerConfig, StepConfig, Trai
 # rollout/episode.py), and main() sets the platform and the backend's flags first.
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-PARTS = ("versions", "pitfalls", "renderer", "rollout", "train")
+PARTS = ("versions", "pitfalls", "renderer", "rollout", "train", "decode")
 QWEN_3B_VOCAB = 151936
 
 # Workaround of the f32 scatter-add CAS loop (jax-ml/jax#38806, root-cause comment of
@@ -140,6 +147,10 @@ class Sizes:
   segment_columns: int
   segment_count: int
   pitfall_repeats: int
+  decode_policy: str = "paper"     # "paper" (Qwen3.5-9B vs Qwen2.5-VL-7B) or "tiny"
+  decode_contexts: tuple[int, ...] = (4096, 16384, 24576)
+  decode_repeats: int = 2
+  decode_row_s: float = 60.0       # a row starts only with this much budget left
 
   @classmethod
   def full(cls) -> "Sizes":
@@ -165,7 +176,8 @@ class Sizes:
         rollout_width=112, rollout_height=84, rollout_points=20_000, rollout_repeats=1,
         train_micro_batches=2, train_repeats=1, embed_vocab=4096,
         embed_hidden=64, embed_tokens=2048, embed_distinct_ids=8, segment_rows=2048,
-        segment_columns=32, segment_count=100, pitfall_repeats=2)
+        segment_columns=32, segment_count=100, pitfall_repeats=2, decode_policy="tiny",
+        decode_contexts=(64, 256), decode_repeats=1, decode_row_s=5.0)
 
 
 class Clock:
@@ -658,6 +670,63 @@ def abstract(tree):
 
 
 # ---------------------------------------------------------------------------------------
+# decode at long context
+
+
+def zeros_policy(cls, config):
+  """A bf16 policy of `config` with every parameter zero, made on the device without a
+  random initialisation (a decode step's work does not depend on the values)."""
+  shapes = nnx.eval_shape(lambda: cls(config, rngs=nnx.Rngs(0), dtype=jnp.bfloat16,
+                                      param_dtype=jnp.bfloat16, attention="auto"))
+  graphdef, state = nnx.split(shapes)
+  return nnx.merge(graphdef, jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), state))
+
+
+def paper_decode_policies() -> dict:
+  """Builders of Qwen3.5-9B's and Qwen2.5-VL-7B's text decoders (a one-block vision tower:
+  decode never runs it)."""
+  from jaxspatial.models.qwen3_5 import Qwen35, Qwen35Config  # pylint: disable=import-outside-toplevel
+  from jaxspatial.models.qwen3_vl.config import VisionConfig as Qwen3VisionConfig  # pylint: disable=import-outside-toplevel
+  hybrid = Qwen35Config(vision=Qwen3VisionConfig(depth=1, hidden_size=32, intermediate_size=64,
+                                                 num_heads=2, out_hidden_size=4096,
+                                                 deepstack_visual_indexes=()))
+  kv = Qwen25VLConfig(text=TextConfig(vocab_size=152064, hidden_size=3584,
+                                      intermediate_size=18944, num_hidden_layers=28,
+                                      num_attention_heads=28, num_key_value_heads=4,
+                                      tie_word_embeddings=False),
+                      vision=VisionConfig(depth=1, hidden_size=32, intermediate_size=64,
+                                          num_heads=2, out_hidden_size=3584,
+                                          fullatt_block_indexes=(0,)))
+  return {"qwen2_5_vl 7B (28 KV)": lambda: zeros_policy(Qwen25VL, kv),
+          "qwen3_5 9B (24 DeltaNet+8)": lambda: zeros_policy(Qwen35, hybrid)}
+
+
+def decode_part(entry: dict, sizes: Sizes, clock: Clock, report: Report) -> None:
+  from benchmarks import sampler_bench  # pylint: disable=import-outside-toplevel
+  if sizes.decode_policy == "tiny":
+    builders = {name: (lambda m=m: m)
+                for name, m in sampler_bench.tiny_long_context_models().items()}
+  else:
+    builders = paper_decode_policies()
+  rows = entry.setdefault("rows", [])
+  for name, build in builders.items():
+    if clock.left() < sizes.decode_row_s:
+      entry.setdefault("skipped", []).append(f"{name}: out of budget")
+      continue
+    model = build()
+    for context in sizes.decode_contexts:
+      if clock.left() < sizes.decode_row_s:
+        entry.setdefault("skipped", []).append(f"{name} at {context}: out of budget")
+        continue
+      seconds = sampler_bench.decode_at_context(model, context, repeats=sizes.decode_repeats)
+      rows.append(dict(model=name, context=context, decode_tok_s=32 / seconds,
+                       cache_bytes=memory.cache_bytes(model, 1, context + 32, jnp.bfloat16)))
+      log(clock, f"decode: {name} at {context}: {32 / seconds:.0f} tok/s")
+      report.save()
+    del model
+
+
+# ---------------------------------------------------------------------------------------
 # rollout and train
 
 
@@ -1111,7 +1180,7 @@ def markdown_table(columns, rows) -> str:
 def print_tables(report: dict) -> None:
   """One Markdown table per part; a table that fails to format is named, not raised."""
   for section in (_summary_table, _versions_table, _pitfalls_tables, _renderer_tables,
-                  _rollout_table, _train_table):
+                  _rollout_table, _train_table, _decode_table):
     try:
       section(report)
     except Exception as exc:  # pylint: disable=broad-except
@@ -1212,6 +1281,15 @@ def _train_table(report: dict) -> None:
                            "gib": (t.get("peak_memory_bytes") or 0) / 2 ** 30 or None}]))
 
 
+def _decode_table(report: dict) -> None:
+  rows = report.get("decode", {}).get("rows")
+  if rows:
+    print("\n### decode at long context (batch 1, 32 steps, bf16 cache)\n")
+    print(markdown_table([("model", "model", ""), ("context", "context", ""),
+                          ("decode tok/s", "decode_tok_s", ".0f"), ("cache MiB", "mib", ".1f")],
+                         [{**r, "mib": r["cache_bytes"] / 2 ** 20} for r in rows]))
+
+
 # ---------------------------------------------------------------------------------------
 
 
@@ -1310,6 +1388,8 @@ def main(argv=None) -> None:
     run_part("train", bench.train, report, clock)
   if "rollout" in args.parts:
     run_part("rollout", bench.later_sizes, report, clock)
+  if "decode" in args.parts:
+    run_part("decode", lambda e: decode_part(e, sizes, clock, report), report, clock)
   report.data["meta"]["elapsed_s"] = clock.elapsed()
   report.save()
   print_tables(report.data)

@@ -32,8 +32,9 @@ Reward (eqs. 8-9): 0.3 judge + 0.2 EM (any annotated answer) + 0.05 judge c(tau)
 R_fmt (a missing or empty answer; `reward.weights.format_rule="grammar"` also counts
 grammar slips), c = 12 once an answer object has been seen (the initial view counts).
 
-Not reproduced here: the policy family (Qwen3.5-9B; only Qwen2.5-VL-shaped checkpoints
-load so far), the LLM judge unless `judge.url` names an OpenAI-compatible endpoint (the
+Policy: Qwen3.5-9B, as in the paper (`model.family = "qwen3_5"`: the hybrid Gated DeltaNet
+decoder, jaxspatial/models/qwen3_5; `model.checkpoint` a Qwen3.5 folder). Not reproduced
+here: the LLM judge unless `judge.url` names an OpenAI-compatible endpoint (the
 paper's evaluation judge is Qwen3-30B-A3B-Instruct; without one the on-device rule judge,
 normalised EM or token F1 >= 0.5, stands in), the observation wording after a move
 (the paper gives only its content: camera and look-at point to 0.01 m), the renderer's
@@ -41,7 +42,8 @@ field of view (unstated; 90 degrees here), asynchronous vLLM rollouts. Cost: H20
 the paper, count and hours not published (unknown); 318 SFT steps, then 500 GRPO steps of
 64 prompts x 8 episodes of up to 13 turns (the RL step count is not published either).
 
-`cpu`: tiny random policy, synthetic_spatial/tiny, 100 SFT steps on the scripted teacher
+`cpu`: tiny random Qwen3.5 policy (three Gated DeltaNet layers and one gated-attention
+layer), synthetic_spatial/tiny, 100 SFT steps on the scripted teacher
 (one turn, then the answer text), 10 GRPO steps of 2 prompts x 8 in 2 mini-batches;
 the three CPU recipes took
 11m40s together on a 2-core CPU when all three ran Qwen2.5-VL (`make recipes`).
@@ -52,6 +54,7 @@ from configs.agent_recipe import base, shrink_for_cpu
 
 def get_config(variant: str = "reference"):
   c = base("act3d_grpo", "act3d", variant)
+  c.model.family = "qwen3_5"  # Qwen3.5-9B in the paper
   c.objective = dict(epsilon_low=0.2, epsilon_high=0.2, dual_clip=None, beta=0.005,
                      kl_estimator="k3", aggregation="sequence-mean-token-mean")
   c.advantage = dict(estimator="grpo", ddof=1, eps=1e-6, group_size=8)

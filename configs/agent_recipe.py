@@ -23,7 +23,7 @@ def base(name: str, agent: str, variant: str) -> ml_collections.ConfigDict:
   c.mesh = dict(data=-1, fsdp=1, tensor=1)
   # checkpoint: a Hugging Face folder of a policy family (its config.json's model_type picks
   # the family); "" = a tiny random policy of `family` (cpu variant). family: the paper's
-  # policy family ("qwen2_5_vl", "qwen3_vl"); a checkpoint of another family still loads
+  # policy family ("qwen2_5_vl", "qwen3_vl", "qwen3_5"); a checkpoint of another family still loads
   # (an ablation), with a note. chat_format: how replies open, "auto" (the checkpoint's chat
   # template: a Thinking model's "<think>\n" prefill; stop ids from generation_config.json),
   # "instruct" or "thinking".

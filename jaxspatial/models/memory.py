@@ -49,6 +49,14 @@ def kv_cache_bytes(text_config, batch: int, length: int, dtype) -> int:
           * jnp.dtype(dtype).itemsize)
 
 
+def cache_bytes(model, batch: int, length: int, dtype) -> int:
+  """The decode cache the model's own `init_cache` builds (shapes only, nothing allocated):
+  keys and values of every attention layer, plus Qwen3.5's constant-size recurrent state
+  and convolution inputs of its linear-attention layers."""
+  cache = jax.eval_shape(lambda: model.language_model.init_cache(batch, length, dtype))
+  return _bytes(jax.tree.leaves(cache))
+
+
 def activation_bytes(text_config, batch: int, length: int, dtype, *, remat: bool = False,
                      fused_attention: bool = False) -> int:
   """What the backward pass of one micro-batch of `batch` x `length` tokens keeps."""
@@ -138,6 +146,6 @@ def estimate(model, precision, *, rollout_batch: int, cache_length: int, train_b
       parameters=parameter_bytes(model) // model_split,
       gradients=4 * trained // model_split,
       optimizer=2 * 4 * trained // model_split,
-      kv_cache=kv_cache_bytes(text, math.ceil(rollout_batch / data), cache_length,
-                              precision.cache),
+      kv_cache=cache_bytes(model, math.ceil(rollout_batch / data), cache_length,
+                           precision.cache),
       activations=activations, device_bytes=limit, device_kind=kind)

@@ -1,7 +1,7 @@
 """The policy interface: what the sampler, the rollouts, the trainer, the reference policy,
 LoRA, sharding, loading and export need of a model family, and the family registry.
 
-A family's model class (`Qwen25VL`, `Qwen3VL`) implements:
+A family's model class (`Qwen25VL`, `Qwen3VL`, `Qwen35`) implements:
 
   family                      class attribute: config.json's `model_type`
   config                      `.text` (vocab_size, hidden_size, ...), `.vision`,
@@ -20,7 +20,8 @@ A family's model class (`Qwen25VL`, `Qwen3VL`) implements:
   __call__(input_ids_BxL, attention_mask_BxL, pixel_values, grids, sequence_grids_BxKx3)
                               -> float32 logits [B, L, V]
   language_model              embed_tokens, init_cache(batch, length, dtype) (a per-layer
-                              pytree the family owns: KV now, recurrent state later),
+                              pytree the family owns: keys and values, or Qwen3.5's
+                              convolution inputs and delta-rule state),
                               hidden_states(embeds, positions, mask, residuals),
                               extend(embeds, positions, valid_BxS, cache, index, residuals)
                               -> (hidden, cache), logits(hidden)
@@ -54,6 +55,8 @@ FAMILIES = {
                    "jaxspatial.models.qwen2_5_vl.export"),
     "qwen3_vl": ("jaxspatial.models.qwen3_vl.model", "Qwen3VL",
                  "jaxspatial.models.qwen3_vl.export"),
+    "qwen3_5": ("jaxspatial.models.qwen3_5.model", "Qwen35",
+                "jaxspatial.models.qwen3_5.export"),
 }
 
 
@@ -103,7 +106,7 @@ def load_model(folder, *, dtype=jnp.float32, param_dtype=jnp.float32, seed: int 
 def load_policy(folder, *, dtype=jnp.float32, param_dtype=jnp.float32, seed: int = 0,
                 attention: str = "auto", remat: bool = False):
   """(processor or tokenizer, model) of a checkpoint folder; the family comes from
-  config.json's `model_type` (`qwen2_5_vl`, `qwen3_vl`)."""
+  config.json's `model_type` (`qwen2_5_vl`, `qwen3_vl`, `qwen3_5`)."""
   from jaxspatial.models.qwen2_5_vl.tokenizer import load_processor  # pylint: disable=import-outside-toplevel
   model = load_model(folder, dtype=dtype, param_dtype=param_dtype, seed=seed,
                      attention=attention, remat=remat)

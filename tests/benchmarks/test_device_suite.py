@@ -14,6 +14,9 @@ import pytest
 
 from benchmarks import device_suite
 
+# Compile-heavy end to end: `make slow-tests` (not in `make test`).
+pytestmark = pytest.mark.slow
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
@@ -162,3 +165,18 @@ def test_peak_flops_by_device_kind():
   assert device_suite.peak_flops("TPU v4") == 275e12
   assert device_suite.peak_flops("TPU v6 lite") == 918e12
   assert device_suite.peak_flops("cpu") is None
+
+
+def test_decode(report):
+  """Long-context decode rows for both caches; the hybrid's grows with the context at a
+  quarter of the KV cache's rate (one attention layer of four, the same KV shape)."""
+  decode = report["decode"]
+  contexts = report["meta"]["sizes"]["decode_contexts"]
+  rows = {(r["model"], r["context"]): r for r in decode["rows"]}
+  assert not decode.get("skipped") and len(rows) == 2 * len(contexts)
+  assert all(_positive(r["decode_tok_s"]) and _positive(r["cache_bytes"])
+             for r in rows.values())
+  kv, hybrid = sorted({name for name, _ in rows})
+  assert kv.startswith("qwen2_5_vl") and hybrid.startswith("qwen3_5")
+  growth = lambda name: rows[name, contexts[-1]]["cache_bytes"] - rows[name, contexts[0]]["cache_bytes"]
+  assert 4 * growth(hybrid) == growth(kv)

@@ -47,6 +47,7 @@ def check_direction(sample, q):
   assert expected, (q.question, q.answer_text, x, y)
 
 
+@pytest.mark.slow
 def test_answers_are_geometrically_right(samples):
   families = collections.Counter()
   for sample in samples:

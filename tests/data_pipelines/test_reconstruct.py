@@ -27,6 +27,7 @@ def rendered_room():
 
 
 # Measured: unproject 0.86 cm, tsdf 1.53 cm (2 cm voxels; truth points 2-3 cm apart).
+@pytest.mark.slow
 @pytest.mark.parametrize("method,limit", [("unproject", 0.015), ("tsdf", 0.025)])
 def test_fused_cloud_is_near_the_ground_truth(rendered_room, method, limit):
   room, cameras, views = rendered_room

@@ -174,6 +174,7 @@ def pil_highlight(image, coords, alpha):
   return np.asarray(Image.alpha_composite(base, overlay).convert("RGB"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("coords", [(0, 0, 1000, 1000), (123, 456, 789, 1000), (0, 310, 997, 590)])
 def test_qwen_coordinates_reach_the_image_edges_like_the_public_tools(coords):
   image = np.random.default_rng(7).integers(0, 256, (PUBLIC_H, PUBLIC_W, 3), dtype=np.uint8)

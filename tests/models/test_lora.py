@@ -21,6 +21,7 @@ def forward(model, ids):
   return model(ids, text_position_ids(mask), mask)
 
 
+@pytest.mark.slow
 def test_lora_math_training_and_merge():
   model = TextModel(CONFIG, rngs=nnx.Rngs(0))
   ids = jnp.asarray(np.random.default_rng(0).integers(0, 128, (2, 6)))

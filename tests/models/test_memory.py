@@ -62,3 +62,20 @@ def test_the_table_says_when_a_batch_does_not_fit():
   assert "fits" in estimate.table() and "74.00 GiB" in estimate.table()
   tight = memory.MemoryEstimate(**{**estimate.__dict__, "device_bytes": 40 * memory.GiB})
   assert not tight.fits and "DOES NOT FIT" in tight.table()
+
+
+def test_a_hybrid_cache_holds_keys_for_attention_layers_and_a_fixed_state_for_the_others():
+  """Qwen3.5: keys and values only in full-attention layers; each Gated DeltaNet layer
+  holds K - 1 convolution inputs and a float32 [H, K, V] state, whatever the length."""
+  from jaxspatial.models.qwen3_5 import Qwen35, Qwen35Config
+  config = Qwen35Config.tiny()
+  model = nnx.eval_shape(lambda: Qwen35(config, rngs=nnx.Rngs(0)))
+  t = config.text
+  full = t.layer_types.count("full_attention")
+  linear = t.num_hidden_layers - full
+  for length in (64, 4096):
+    expected = (full * 2 * 3 * length * t.num_key_value_heads * t.head_dim * 2  # bf16
+                + linear * 3 * (t.linear_conv_kernel_dim - 1) * t.conv_dim * 2
+                + linear * 3 * t.linear_num_value_heads * t.linear_key_head_dim
+                * t.linear_value_head_dim * 4)
+    assert memory.cache_bytes(model, 3, length, "bfloat16") == expected

@@ -62,6 +62,7 @@ def test_fused_attention_equals_the_einsum_path_and_transformers(checkpoint):
                                err_msg=implementation)
 
 
+@pytest.mark.slow
 def test_fused_attention_kernel_matches_einsum_with_grouped_heads_and_masks():
   rng = np.random.default_rng(0)
   q = jnp.asarray(rng.normal(size=(2, 5, 4, 8)), jnp.float32)
@@ -97,6 +98,7 @@ def test_auto_attention_picks_cudnn_only_for_half_precision_on_gpu():
     resolve("flash", jnp.float32)
 
 
+@pytest.mark.slow
 def test_bf16_logits_follow_float32_and_greedy_tokens_match_transformers(checkpoint):
   reference, folder = checkpoint
   batch = _image_batch(np.random.default_rng(2))
@@ -139,6 +141,7 @@ def test_sampled_logprobs_equal_the_recomputed_old_logprobs(checkpoint, dtype, t
   assert gap.max() < tolerance, gap.max()
 
 
+@pytest.mark.slow
 def test_remat_gives_the_same_loss_and_gradients(checkpoint):
   _, folder = checkpoint
   ids, mask, pixels, grids, sequence_grids = _image_batch(np.random.default_rng(6))
@@ -185,6 +188,7 @@ def test_remat_keeps_dropout_random_across_calls(checkpoint):
   assert float(grad(model)) != float(grad(model))  # the dropout counter moved on
 
 
+@pytest.mark.slow
 def test_bf16_grpo_step_runs_and_keeps_float32_master_weights(checkpoint):
   from jaxspatial.rl.objectives import PolicyLossConfig  # pylint: disable=import-outside-toplevel
   from jaxspatial.train import OptimizerConfig, StepConfig, make_optimizer, train_step  # pylint: disable=import-outside-toplevel

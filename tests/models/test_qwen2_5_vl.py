@@ -306,6 +306,7 @@ def test_tiny_config_size():
   assert 100_000 < count < 1_000_000, count
 
 
+@pytest.mark.slow
 def test_latent_mode_feeds_hidden_states_back_under_jit():
   import jax
   from jaxspatial.models.qwen2_5_vl import Qwen25VL

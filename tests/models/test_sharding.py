@@ -1,4 +1,4 @@
-"""With 8 fake CPU devices, the sharded Qwen2.5-VL and Qwen3-VL forwards equal the
+"""With 8 fake CPU devices, the sharded Qwen2.5-VL, Qwen3-VL and Qwen3.5 forwards equal the
 unsharded ones; checkpoints load onto the mesh as every parameter declares.
 
 Runs in its own process: the device count is fixed when JAX starts.
@@ -133,6 +133,27 @@ assert layer.self_attn.q_proj.kernel[...].sharding.spec == P("fsdp", "tensor")
 np.testing.assert_allclose(np.asarray(got3), np.asarray(expected3), atol=1e-5, rtol=1e-5)
 print("qwen3-vl sharded forward equals unsharded, max diff",
       float(jnp.abs(got3 - expected3).max()))
+
+# Qwen3.5 (Gated DeltaNet layers: the convolution and projections split over 'tensor', the
+# delta rule's heads with them) loads onto the mesh and its sharded forward, with a
+# left-padded row, equals the unsharded one.
+from jaxspatial.models.qwen3_5 import Qwen35, Qwen35Config
+config5 = Qwen35Config.tiny(256)
+config5 = dataclasses.replace(config5, text=dataclasses.replace(config5.text,
+                                                                tie_word_embeddings=False))
+plain5 = Qwen35(config5, rngs=nnx.Rngs(0))
+expected5 = plain5(*args3, grids, sequence_grids)
+folder5 = tempfile.mkdtemp()
+export(plain5, folder5)
+with jax.set_mesh(mesh):
+  loaded5 = Qwen35.from_pretrained(folder5)
+  got5 = nnx.jit(lambda m, i, a, p, s: m(i, a, p, grids, s))(loaded5, *args3, sequence_grids)
+mixer = loaded5.language_model.layers[0].linear_attn
+assert mixer.in_proj_qkv.kernel[...].sharding.spec == P("fsdp", "tensor")
+assert mixer.conv_weight[...].sharding.spec == P(None, "tensor")
+np.testing.assert_allclose(np.asarray(got5), np.asarray(expected5), atol=1e-5, rtol=1e-5)
+print("qwen3.5 sharded forward equals unsharded, max diff",
+      float(jnp.abs(got5 - expected5).max()))
 """
 
 
@@ -149,6 +170,7 @@ def test_sharded_forward_equals_unsharded():
   assert "lora adapters sharded like their kernels" in result.stdout
   assert "checkpoint loaded onto the mesh" in result.stdout
   assert "qwen3-vl sharded forward equals unsharded" in result.stdout
+  assert "qwen3.5 sharded forward equals unsharded" in result.stdout
 
 
 def test_rules():

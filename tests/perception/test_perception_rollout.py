@@ -63,6 +63,7 @@ def sam3_folder(tmp_path_factory):
   return make_sam3_folder(tmp_path_factory)
 
 
+@pytest.mark.slow
 def test_a_peria_episode_reads_the_scene_text_with_the_real_ocr(policy, sam3_folder):
   """One compiled rollout: text_ocr over the whole sign and a box of it (the real
   PP-OCRv4), concept_count given the model's "text_prompt": "chair" and text_segment
@@ -172,6 +173,7 @@ print("host-tool rollout on 8 devices equals one device; host calls", len(calls)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.multidevice
 def test_a_rollout_with_a_host_tool_on_8_devices_equals_one_device():
   env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
@@ -183,6 +185,7 @@ def test_a_rollout_with_a_host_tool_on_8_devices_equals_one_device():
   assert "equals one device" in result.stdout
 
 
+@pytest.mark.slow
 def test_a_perception_server_that_dies_mid_rollout_is_the_tools_error_text(policy):
   """The tool runs on a perception server (a real one on 127.0.0.1) that stops after its
   first answer: the second call's observation is the tool's failure, the episode goes on to

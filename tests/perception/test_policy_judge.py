@@ -21,6 +21,9 @@ from jaxspatial.perception.policy_judge import (PolicyJudge, render_chat, reply_
 from jaxspatial.rollout import agents, automaton as am, episode, observation, tiny
 from tests import chat_templates, judge_policies
 
+# Compile-heavy end to end: `make slow-tests` (not in `make test`).
+pytestmark = pytest.mark.slow
+
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 

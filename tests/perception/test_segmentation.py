@@ -526,6 +526,7 @@ def _launch(args, stderr):
                           stdout=subprocess.PIPE, stderr=stderr, text=True)
 
 
+@pytest.mark.slow
 def test_the_perception_server_command_serves_registry_tools_from_a_folder(sam3_folder, image,
                                                                            tmp_path):
   from jaxspatial.perception import TOOLS

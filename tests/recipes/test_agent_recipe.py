@@ -36,6 +36,7 @@ def _small(config, workdir, data_dir):
   return config
 
 
+@pytest.mark.slow
 def test_think3d_recipe_from_a_pretrained_folder_trains_evaluates_and_resumes(tmp_path,
                                                                                 data_dir):
   # A Qwen3-VL folder, the paper's family: config.json's model_type picks it.

@@ -225,6 +225,7 @@ def test_tools_and_no_tools_side_by_side(tmp_path):
       list((out / "views").glob("*_no_tools_*.png")))
 
 
+@pytest.mark.slow
 def test_policy_folder_on_device(tmp_path):
   """A tiny Qwen2.5-VL folder as the backend: no-tools answers through the serving engine
   and Think3D's compiled rollouts, both settings scored and written."""

@@ -3,6 +3,8 @@ reports compile time, cost and memory analysis and a trace."""
 
 import re
 
+import pytest
+
 from configs import rollout_demo as rollout_config
 from recipes import rollout_demo
 
@@ -14,6 +16,7 @@ def _small():
   return config
 
 
+@pytest.mark.slow
 def test_show_rollouts_writes_each_episode_with_its_turns_and_views(tmp_path):
   config = _small()
   config.out = str(tmp_path / "rollouts.html")
@@ -25,6 +28,7 @@ def test_show_rollouts_writes_each_episode_with_its_turns_and_views(tmp_path):
   assert "render_view_tool" in page and "reward" in page
 
 
+@pytest.mark.slow
 def test_profile_rollout_reports_costs_and_writes_a_trace(tmp_path):
   config = _small()
   config.repeats = 1

@@ -52,6 +52,7 @@ def task_and_state():
     # A non-empty answer in a turn that slipped from our grammar is still an answer.
     ("sofa", False, dict(judge=1, em=1, malformed=0)),
 ])
+@pytest.mark.slow
 def test_reward_against_the_papers_formula(task_and_state, answer, answered, expected):
   task, state = task_and_state
   agent = agents.Act3DAgent()

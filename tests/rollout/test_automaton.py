@@ -55,6 +55,7 @@ def _expected(grammar, host):
   return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(grammars.GRAMMARS))
 def test_automaton_accepts_exactly_what_the_host_regex_accepts(name, tokenizer, automata):
   automaton = automata[name]
@@ -81,6 +82,7 @@ def test_automaton_accepts_exactly_what_the_host_regex_accepts(name, tokenizer, 
   assert 0.15 * COUNT < accepted < 0.8 * COUNT, accepted
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["act3d", "think3d", "peria"])
 def test_a_grammar_after_a_prefill_parses_what_follows_it_as_the_whole_turn(name, tokenizer):
   """A thinking template's prompt opens each reply with "<think>\n": the automaton of
@@ -320,6 +322,7 @@ def _probe_bodies() -> list[bytes]:
   return bodies
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(grammars.GRAMMARS))
 def test_answer_bodies_are_never_blank_or_tagged(name, tokenizer, automata):
   """Blank and tag-holding answers are malformed in the byte DFA, the token tables with
@@ -339,6 +342,7 @@ def test_answer_bodies_are_never_blank_or_tagged(name, tokenizer, automata):
   assert 50 < sum(expected) < len(expected) - 50
 
 
+@pytest.mark.slow
 def test_constrained_tiny_policy_never_answers_blank_or_with_tags(tokenizer):
   """The issue's measurement: constrained Act3D turns of the tiny random policy through
   the rollout's decode loop. Three quarters are forced up to `<answer>` so that the policy

@@ -62,13 +62,17 @@ def test_greedy_compiled_rollout_equals_the_host_reference(setup):
   np.testing.assert_allclose(traj.reward, ref["reward"], atol=1e-6)
 
 
-def test_a_qwen3_vl_policy_rollout_equals_the_host_reference():
+@pytest.mark.parametrize("family", ["qwen3_vl", "qwen3_5"])
+def test_other_policy_families_roll_out_as_the_host_reference(family):
   """The rollout is written against the policy interface: a Qwen3-VL policy (DeepStack
-  features added inside the decoder at every observation's image tokens) runs the same
-  compiled episodes as the host loop, token for token. Forced first turns take the
-  episodes into multi-turn play; later turns are sampled."""
+  features added inside the decoder at every observation's image tokens) and a Qwen3.5
+  policy (Gated DeltaNet layers carrying a recurrent state through the episode, ended
+  episodes' slots skipped) run the same compiled episodes as the host loop, token for
+  token. Forced first turns take the episodes into multi-turn play; later turns are
+  sampled. For Qwen3.5, one forward pass over the recorded slots (what the trainer runs,
+  holes and all) also gives the sampled log-probabilities."""
   tok = tiny.tokenizer()
-  model = tiny.model(tok, "qwen3_vl", seed=1)
+  model = tiny.model(tok, family, seed=1)
   automaton = am.compile_token_automaton(AGENT.grammar, tok, model.config.text.vocab_size)
   n_image = episode.image_tokens(model, AGENT.image_size)
   template = observation.compile_template(tok, AGENT.observation, n_image)
@@ -92,6 +96,22 @@ def test_a_qwen3_vl_policy_rollout_equals_the_host_reference():
   for name in ("turn_length", "turn_valid", "turn_answer", "action_values", "action_present"):
     np.testing.assert_array_equal(getattr(traj, name), ref[name], err_msg=name)
   np.testing.assert_allclose(traj.reward, ref["reward"], atol=1e-6)
+  if family == "qwen3_5":
+    assert not np.asarray(traj.attention_mask).all()  # holes the recurrence must skip
+    images_per_row = int(np.sum(np.asarray(traj.tokens[0]) == model.config.image_token_id)
+                         // n_image)
+    views = traj.images[:, :images_per_row].reshape((-1,) + traj.images.shape[2:])
+    pixels, grids, _ = episode._vision_inputs(model, jnp.asarray(views))
+    sequence_grids = jnp.broadcast_to(jnp.asarray(grids[0], jnp.int32),
+                                      (BATCH, images_per_row, 3))
+    logits = nnx.jit(lambda m, t, a, p, s: m(t, a, p, grids, s))(
+        model, jnp.asarray(traj.tokens), jnp.asarray(traj.attention_mask), pixels,
+        sequence_grids)
+    logp = jax.nn.log_softmax(logits[:, :-1], -1)
+    expected = jnp.take_along_axis(logp, jnp.asarray(traj.tokens)[:, 1:, None], -1)[..., 0]
+    generated = np.asarray(traj.loss_mask[:, 1:])
+    np.testing.assert_allclose(np.asarray(expected)[generated],
+                               np.asarray(traj.logprobs[:, 1:])[generated], atol=2e-4)
 
 
 def _call(action, distance=None):
@@ -113,6 +133,7 @@ SCRIPTS = [
 ]
 
 
+@pytest.mark.slow
 def test_scripted_episode_equals_stepping_the_environment_by_hand(setup):
   s = setup
   config = _config(s["tok"], temperature=1.0)
@@ -218,6 +239,7 @@ def test_bad_model_output_ends_the_episode_with_the_format_flag(setup):
   assert not traj.action_present.any()
 
 
+@pytest.mark.slow
 def test_constrained_decoding_makes_every_turn_a_valid_call_or_answer(setup):
   s = setup
   config = _config(s["tok"], temperature=1.0, constrained=True)
@@ -237,6 +259,7 @@ def _blank(answer):
   return np.asarray([not bytes(a[a >= 0].astype(np.uint8)).strip() for a in answer])
 
 
+@pytest.mark.slow
 def test_a_host_judge_sees_the_question_and_every_reference_and_counts_only_answers(setup):
   """Act3D's judge decides, given the question, whether the prediction matches the ground
   truth (paper eq. 8): the host judge gets the question, the answer and all references,
@@ -347,6 +370,7 @@ class _DoneAfterOneCall(agents.Act3DAgent):
     return image, numbers, state, invalid, done | (state.num_interactions >= 1)
 
 
+@pytest.mark.slow
 def test_the_loop_ends_an_episode_when_the_environment_says_done(setup):
   s = setup
   agent = _DoneAfterOneCall(AGENT.params)
@@ -361,6 +385,7 @@ def test_the_loop_ends_an_episode_when_the_environment_says_done(setup):
   np.testing.assert_array_equal(traj.reward_components["malformed"], 1.0)  # no answer
 
 
+@pytest.mark.slow
 def test_a_full_forward_pass_over_the_trajectory_gives_its_logprobs(setup):
   """What the trainer does: one forward pass over the recorded slots (tokens, attention
   mask, every message's view) reproduces the sampled log-probabilities."""
@@ -418,6 +443,7 @@ def test_a_replay_names_the_teacher_turn_it_cannot_play(setup):
   episode.check_replay(traj, forced, names, s["tok"])  # a clean replay passes
 
 
+@pytest.mark.slow
 def test_repetition_penalty_equals_transformers_and_logprobs_follow_it(setup):
   """Think3D-RL samples with Hugging Face's repetition penalty (1.1 in the public script).
   The penalty equals transformers' RepetitionPenaltyLogitsProcessor over every token in

@@ -41,6 +41,7 @@ def policy():
   return tok, Qwen25VL(tiny.model_config(tok), rngs=nnx.Rngs(1))
 
 
+@pytest.mark.slow
 def test_scripted_peria_episode_equals_the_environment_by_hand(policy):
   tok, model = policy
   agent = agents.PeriaAgent(PARAMS)

@@ -43,6 +43,7 @@ def _call(action, distance=None):
           + arguments + '}}</tool_call>')
 
 
+@pytest.mark.slow
 def test_a_thinking_policy_rollout_is_the_templates_conversation_and_the_host_loops(policy):
   tok, model, chat, stops = policy
   assert chat.prefill == "<think>\n"

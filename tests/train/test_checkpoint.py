@@ -169,6 +169,7 @@ def _scenario(worker, name):
   return root / name, results[name]
 
 
+@pytest.mark.slow
 @pytest.mark.multidevice
 def test_fingerprints_do_not_depend_on_sharding(worker):
   _, report = _scenario(worker, "sharded")

@@ -48,6 +48,7 @@ def _two_processes(tmp_path, *args) -> list[str]:
   return outputs
 
 
+@pytest.mark.slow
 def test_two_process_grpo_step(tmp_path):
   outputs = _two_processes(tmp_path)
   losses = [float(o.split("loss ")[-1].split()[0]) for o in outputs]

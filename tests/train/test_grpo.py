@@ -92,6 +92,7 @@ def test_per_token_advantages_weight_each_token():
   assert not np.isclose(float(partial), float(per_row))
 
 
+@pytest.mark.slow
 def test_update_runs_epochs_times_mini_batches_optimizer_steps():
   import optax
   from flax import nnx

@@ -1,6 +1,6 @@
-"""The trainer is written against the policy interface: a Qwen3-VL policy takes a full SFT
-step (its loss the numpy NLL of the model's own logits) and a LoRA GRPO step (only the
-adapters move) through the same `train_step` as Qwen2.5-VL."""
+"""The trainer is written against the policy interface: a Qwen3-VL and a Qwen3.5 policy
+each take a full SFT step (its loss the numpy NLL of the model's own logits) and a LoRA GRPO
+step (only the adapters move) through the same `train_step` as Qwen2.5-VL."""
 
 import jax
 import numpy as np
@@ -8,6 +8,7 @@ import pytest
 from flax import nnx
 
 from jaxspatial.models import apply_lora, linear_names
+from jaxspatial.models.qwen3_5 import Qwen35, Qwen35Config
 from jaxspatial.models.qwen3_vl import Qwen3VL, Qwen3VLConfig
 from jaxspatial.rl.objectives import PolicyLossConfig
 from jaxspatial.train import OptimizerConfig, StepConfig, make_optimizer, trainable, train_step
@@ -15,17 +16,22 @@ from jaxspatial.train.logprobs import token_logprobs
 from tests.train.sharded_worker import batch, params
 
 
-@pytest.fixture(scope="module")
-def config():
+FAMILIES = {"qwen3_vl": (Qwen3VL, Qwen3VLConfig), "qwen3_5": (Qwen35, Qwen35Config)}
+
+
+@pytest.fixture(scope="module", params=sorted(FAMILIES))
+def family(request):
   # Vocabulary 256: image token 250, as the shared batch places it (one 56 x 56 view: a
   # 4 x 4 patch grid, 4 merged tokens).
-  config = Qwen3VLConfig.tiny(256)
+  cls, config_class = FAMILIES[request.param]
+  config = config_class.tiny(256)
   assert config.image_token_id == 250
-  return config
+  return cls, config
 
 
-def test_a_full_sft_step_is_the_mean_nll_of_the_models_logits(config):
-  model = Qwen3VL(config, rngs=nnx.Rngs(0))
+def test_a_full_sft_step_is_the_mean_nll_of_the_models_logits(family):
+  cls, config = family
+  model = cls(config, rngs=nnx.Rngs(0))
   data = batch(0)
   assert model.image_tokens(data.images.shape[2:4]) == 4
   pixels, grids, sequence_grids = model.vision_inputs(data.images)
@@ -44,17 +50,26 @@ def test_a_full_sft_step_is_the_mean_nll_of_the_models_logits(config):
   assert bool(metrics["finite"])
   after = params(model)
   moved = jax.tree.map(lambda a, b: bool(np.any(a != b)), before, after)
-  # Every part trains, the DeepStack mergers and the learned vision positions included.
-  assert moved["visual"]["deepstack_merger_list"][0]["linear_fc1"]["kernel"]
+  # Every part trains: the learned vision positions, Qwen3-VL's DeepStack mergers, Qwen3.5's
+  # gated attention and every Gated DeltaNet parameter (convolution, gates, gated norm).
   assert moved["visual"]["pos_embed"]["embedding"]
-  assert moved["language_model"]["layers"][0]["self_attn"]["q_norm"]["weight"]
+  layers = moved["language_model"]["layers"]
+  if cls is Qwen3VL:
+    assert moved["visual"]["deepstack_merger_list"][0]["linear_fc1"]["kernel"]
+    assert layers[0]["self_attn"]["q_norm"]["weight"]
+  else:
+    assert all(jax.tree.leaves(layers[0]["linear_attn"])), layers[0]["linear_attn"]
+    assert all(jax.tree.leaves(layers[3]["self_attn"])), layers[3]["self_attn"]
 
 
-def test_a_lora_grpo_step_moves_only_the_adapters(config):
-  model = Qwen3VL(config, rngs=nnx.Rngs(1))
+def test_a_lora_grpo_step_moves_only_the_adapters(family):
+  cls, config = family
+  model = cls(config, rngs=nnx.Rngs(1))
   targets = linear_names(model.language_model)
   assert {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
           "down_proj"} <= set(targets)
+  if cls is Qwen35:  # the linear-attention projections are LoRA targets too
+    assert {"in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a", "out_proj"} <= set(targets)
   apply_lora(model.language_model, targets, 4, 8.0, rngs=nnx.Rngs(2))
   base = jax.tree.map(np.asarray, nnx.to_pure_dict(nnx.state(model, nnx.Not(nnx.LoRAParam))))
   adapters = jax.tree.map(np.asarray, nnx.to_pure_dict(nnx.state(model, nnx.LoRAParam)))

@@ -19,6 +19,7 @@ def _logprobs(model, data):
   return np.asarray(token_logprobs(model, data.tokens, data.attention_mask, data.images))
 
 
+@pytest.mark.slow
 def test_frozen_reference_is_the_policy_when_copied(tmp_path):
   model = Qwen25VL(CONFIG, rngs=nnx.Rngs(0))
   optimizer = make_optimizer(model, OptimizerConfig(learning_rate=1e-2, total_steps=10))

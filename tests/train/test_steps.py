@@ -45,6 +45,7 @@ def test_sft_loss_is_the_mean_negative_log_likelihood_of_generated_tokens():
   assert bool(metrics["finite"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("objective", ["sft", "grpo"])
 def test_micro_batches_accumulate_to_the_full_batch_step(objective):
   loss = PolicyLossConfig(beta=0.02, aggregation="sequence-mean-token-mean")
@@ -62,6 +63,7 @@ def test_micro_batches_accumulate_to_the_full_batch_step(objective):
                results[0][1], results[1][1])
 
 
+@pytest.mark.slow
 def test_a_non_finite_loss_is_not_applied():
   model, optimizer = _model()
   before = params(model)
@@ -86,6 +88,7 @@ def test_schedule_warms_up_then_decays_by_cosine():
   np.testing.assert_allclose(float(lr(110)), 1e-4, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_checkpoint_round_trip_keeps_params_optimizer_and_extra(tmp_path):
   model, optimizer = _model()
   train_step(model, optimizer, batch(3), StepConfig(objective="sft"))

@@ -54,6 +54,7 @@ def stage1(tmp_path_factory):
   return job, job.untrained, results, root
 
 
+@pytest.mark.slow
 def test_stage1_loss_against_numpy(stage1):
   job, policy, _, _ = stage1
   batch = thinker3d.stage1_train_batch(job.train[0], np.arange(4))
@@ -84,6 +85,7 @@ def test_stage1_loss_against_numpy(stage1):
   assert float(metrics["alignment"]) > 0
 
 
+@pytest.mark.slow
 def test_stage1_training_lowers_alignment_and_raises_latent_similarity(stage1):
   job, untrained, results, root = stage1
   before, after = results["before"], results["after"]
@@ -104,6 +106,7 @@ def test_stage1_training_lowers_alignment_and_raises_latent_similarity(stage1):
   assert len(rows) == 40 and rows[-1]["sft/alignment"] < rows[0]["sft/alignment"]
 
 
+@pytest.mark.slow
 def test_rollout_rewards_against_independent_computations(stage1):
   job, _, _, _ = stage1
   index = np.arange(8)
@@ -146,6 +149,7 @@ def _vision(job, images):
   return batch_vision_inputs(job.policy.model.config.vision, jnp.asarray(images))
 
 
+@pytest.mark.slow
 def test_without_a_latent_block_the_fallback_window_is_scored(stage1):
   """The public reward, with no <|latent_start|> ... <|latent_end|>, takes the 12 final
   hidden states at the positions from the one after "<|im_start|>assistant" on, of a
@@ -232,6 +236,7 @@ def test_stage2_settings_follow_the_public_trainer():
         "linear", 0.0, "transformers")
 
 
+@pytest.mark.slow
 def test_the_latent_loop_is_one_program_without_host_round_trips(stage1):
   job, _, _, _ = stage1
   config = job.rollout_config(0.9)
@@ -250,6 +255,7 @@ def test_the_latent_loop_is_one_program_without_host_round_trips(stage1):
   assert "callback" not in text  # no pure_callback / io_callback / debug callback
 
 
+@pytest.mark.slow
 def test_training_and_inference_latents_differ_after_the_first(stage1):
   """Documents the gap the reference has: training-mode latents (pad embeddings as inputs)
   against inference-mode latents (hidden states fed back), on the stage-1-trained policy.
@@ -274,6 +280,7 @@ def test_training_and_inference_latents_differ_after_the_first(stage1):
   assert relative[1:].mean() > 1e-2
 
 
+@pytest.mark.slow
 def test_stage2_grpo_from_the_stage1_checkpoint(stage1):
   job, _, _, root = stage1
   c = small(thinker3d_stage2.get_config("cpu"), root / "stage2", root / "data")

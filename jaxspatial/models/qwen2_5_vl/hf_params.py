@@ -189,10 +189,11 @@ def checkpoint_shapes(config) -> dict[str, tuple[int, ...]]:
 
 
 def scan(folder, expected: dict[str, tuple[int, ...]] | None = None,
-         tied: bool = False) -> dict[str, TensorInfo]:
+         tied: bool = False, skip: tuple[str, ...] = ()) -> dict[str, TensorInfo]:
   """Checks the index and every shard's header, reading no tensor data; returns the tensors
   by `canonical_key`. With `expected` (`checkpoint_shapes`), also refuses missing,
-  unexpected and mis-shaped tensors (`tied`: the config ties the LM head)."""
+  unexpected and mis-shaped tensors (`tied`: the config ties the LM head). Tensors whose
+  canonical name starts with one of `skip` are checked but left out."""
   folder = pathlib.Path(folder)
   files = safetensors_files(folder)
   weight_map = _weight_map(folder)
@@ -224,6 +225,7 @@ def scan(folder, expected: dict[str, tuple[int, ...]] | None = None,
     if absent:
       raise CheckpointError(f"{folder / INDEX}: maps {len(absent)} tensor(s) that no shard "
                             f"holds, e.g. {absent[0]!r} -> {weight_map[absent[0]]}")
+  found = {name: tensor for name, tensor in found.items() if not name.startswith(skip)}
   if expected is not None:
     for canonical, tensor in found.items():
       if canonical not in expected:

@@ -139,6 +139,7 @@ class TextModel(nnx.Module):
   skeleton (Qwen3-VL) subclass it with their own `decoder_layer` and `rotary`."""
 
   decoder_layer = DecoderLayer
+  norm_class = RMSNorm
 
   def __init__(self, config: TextConfig, *, rngs: nnx.Rngs, dtype=jnp.float32,
                param_dtype=jnp.float32, attention: str = "auto", remat: bool = False):
@@ -150,14 +151,23 @@ class TextModel(nnx.Module):
         embedding_init=logical_init(nnx.initializers.variance_scaling(1.0, "fan_in", "normal",
                                                                       out_axis=0),
                                     ("vocab", "embed")))
-    self.layers = nnx.List([type(self).decoder_layer(config, rngs=rngs, dtype=dtype,
-                                                     param_dtype=param_dtype,
-                                                     attention=attention)
-                            for _ in range(config.num_hidden_layers)])
-    self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, param_dtype=param_dtype)
+    self.layers = nnx.List([self.new_layer(i, config, rngs=rngs, dtype=dtype,
+                                           param_dtype=param_dtype, attention=attention)
+                            for i in range(config.num_hidden_layers)])
+    self.norm = type(self).norm_class(config.hidden_size, config.rms_norm_eps,
+                                      param_dtype=param_dtype)
     self.lm_head = None if config.tie_word_embeddings else linear(
         config.hidden_size, config.vocab_size, ("embed", "vocab"), use_bias=False, dtype=dtype,
         param_dtype=param_dtype, rngs=rngs)
+
+  def new_layer(self, index: int, config, **options) -> nnx.Module:  # pylint: disable=unused-argument
+    """Decoder layer `index` (hybrid families build different kinds by index)."""
+    return type(self).decoder_layer(config, **options)
+
+  def layer_mask(self, mask_BxLxS: Array, valid_BxL: Array):  # pylint: disable=unused-argument
+    """What each layer gets as its mask: the attention mask [B, L, S] here; a family whose
+    layers also need the segment's valid tokens [B, L] (recurrent layers) returns both."""
+    return mask_BxLxS
 
   def hidden_states(self, inputs_embeds_BxLxC: Array, position_ids_3xBxL: Array,
                     attention_mask_BxL: Array, residuals=None) -> Array:
@@ -165,7 +175,8 @@ class TextModel(nnx.Module):
     [K, B, L, C] (or None) are added after layers 0 .. K-1 (`add_residual`)."""
     length = inputs_embeds_BxLxC.shape[1]
     causal = jnp.tril(jnp.ones((length, length), bool))
-    mask = causal[None] & attention_mask_BxL.astype(bool)[:, None, :]
+    mask = self.layer_mask(causal[None] & attention_mask_BxL.astype(bool)[:, None, :],
+                           attention_mask_BxL)
     cos, sin = self.rotary(position_ids_3xBxL)
     x = inputs_embeds_BxLxC
     for i, layer in enumerate(self.layers):
@@ -199,6 +210,8 @@ class TextModel(nnx.Module):
     slots = jnp.arange(cache_valid_BxS.shape[1])
     query_slot = index + jnp.arange(length)
     mask = (slots[None, :] <= query_slot[:, None])[None] & cache_valid_BxS.astype(bool)[:, None]
+    mask = self.layer_mask(mask, jax.lax.dynamic_slice_in_dim(cache_valid_BxS, index, length,
+                                                              axis=1))
     cos, sin = self.rotary(position_ids_3xBxL)
     x = inputs_embeds_BxLxC
     new_cache = []

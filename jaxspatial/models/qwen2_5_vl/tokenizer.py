@@ -68,7 +68,7 @@ def save_processor(folder, tokenizer, model=None) -> pathlib.Path:
   import transformers  # pylint: disable=import-outside-toplevel
   tokenizer.save_pretrained(folder)
   settings = {}
-  if getattr(type(model), "family", "qwen2_5_vl") == "qwen3_vl":
+  if getattr(type(model), "family", "qwen2_5_vl") in ("qwen3_vl", "qwen3_5"):
     from jaxspatial.models.qwen3_vl import preprocess  # pylint: disable=import-outside-toplevel
     v = model.config.vision
     settings = dict(patch_size=v.patch_size, merge_size=v.spatial_merge_size,

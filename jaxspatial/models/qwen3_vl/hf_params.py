@@ -60,6 +60,13 @@ def checkpoint_shapes(config) -> dict[str, tuple[int, ...]]:
   out["model.norm.weight"] = (c,)
   if not t.tie_word_embeddings:
     out["lm_head.weight"] = (t.vocab_size, c)
+  out.update(vision_shapes(v))
+  return out
+
+
+def vision_shapes(v) -> dict[str, tuple[int, ...]]:
+  """The vision encoder's tensors (a VisionConfig's), canonical names, torch layout."""
+  out = {}
   h = v.hidden_size
   out["visual.patch_embed.proj.weight"] = (h, v.in_channels, v.temporal_patch_size,
                                            v.patch_size, v.patch_size)
@@ -111,6 +118,13 @@ def targets(model) -> dict[str, tuple[nnx.Param, str | None]]:
       _linear(out, p + "mlp." + name, getattr(layer.mlp, name))
     out[p + "input_layernorm.weight"] = (layer.input_layernorm.weight, None)
     out[p + "post_attention_layernorm.weight"] = (layer.post_attention_layernorm.weight, None)
+  out.update(vision_targets(vision))
+  return checked_targets(model, out)
+
+
+def vision_targets(vision) -> dict[str, tuple[nnx.Param, str | None]]:
+  """The vision encoder's parameters under their canonical checkpoint names."""
+  out = {}
   out["visual.patch_embed.proj.weight"] = (vision.patch_embed.kernel, "patch")
   out["visual.patch_embed.proj.bias"] = (vision.patch_embed.bias, None)
   out["visual.pos_embed.weight"] = (vision.pos_embed.embedding, None)
@@ -132,20 +146,29 @@ def targets(model) -> dict[str, tuple[nnx.Param, str | None]]:
     out[p + "norm.bias"] = (merger.norm.bias, None)
     _linear(out, p + "linear_fc1", merger.linear_fc1)
     _linear(out, p + "linear_fc2", merger.linear_fc2)
+  return out
+
+
+def checked_targets(model, out: dict) -> dict[str, tuple[nnx.Param, str | None]]:
+  """`out`, refused when some parameter of `model` has no checkpoint name in it."""
   covered = {id(param) for param, _ in out.values()}
   unnamed = [".".join(map(str, path)) for path, value in nnx.iter_graph(model)
              if isinstance(value, nnx.Param) and id(value) not in covered]
   if unnamed:  # a parameter without a checkpoint name would be left uninitialised
-    raise CheckpointError(f"Qwen3VL parameters without a checkpoint name: {unnamed[:5]}")
+    raise CheckpointError(f"{type(model).__name__} parameters without a checkpoint name: "
+                          f"{unnamed[:5]}")
   return out
 
 
 def to_param(value, how: str | None):
-  """A torch-layout tensor in our layout."""
+  """A torch-layout tensor in our layout ("t": a linear's kernel transposed, "patch": the
+  Conv3d patch kernel flattened, "conv": a depthwise Conv1d kernel)."""
   if how == "t":
     return value.T
   if how == "patch":
     return value.reshape(value.shape[0], -1).T
+  if how == "conv":  # a depthwise Conv1d kernel [C, 1, K] as [K, C]
+    return value[:, 0, :].T
   return value
 
 
@@ -155,13 +178,16 @@ def from_param(value, how: str | None, shape: tuple[int, ...]):
     return value.T
   if how == "patch":
     return value.T.reshape(shape)
+  if how == "conv":
+    return value.T[:, None, :]
   return value
 
 
-def load_weights(model, folder, tensors: dict[str, TensorInfo]) -> None:
+def load_weights(model, folder, tensors: dict[str, TensorInfo], wanted=None) -> None:
   """Places every checkpoint tensor (`scan`'s, by canonical key) into the (abstract)
-  model, shard by shard; NaN / Inf refused as read. Fails naming parameters left unloaded."""
-  wanted = targets(model)
+  model, shard by shard; NaN / Inf refused as read. Fails naming parameters left unloaded.
+  `wanted`: the family's `targets(model)` (default: Qwen3-VL's)."""
+  wanted = targets(model) if wanted is None else wanted
   by_file: dict[pathlib.Path, list[tuple[str, TensorInfo]]] = {}
   for name, info in tensors.items():
     if name not in wanted:
