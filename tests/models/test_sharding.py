@@ -142,12 +142,20 @@ config5 = Qwen35Config.tiny(256)
 config5 = dataclasses.replace(config5, text=dataclasses.replace(config5.text,
                                                                 tie_word_embeddings=False))
 plain5 = Qwen35(config5, rngs=nnx.Rngs(0))
-expected5 = plain5(*args3, grids, sequence_grids)
+# Linear kernels at transformers' initializer_range (normal 0.02, not LeCun's 1 / sqrt(64)):
+# at LeCun scale each random DeltaNet layer amplifies float32 rounding about 4x (its gated
+# norms scale near-zero head outputs up), and summation order alone then moves the logits
+# by ~1e-4. Compared jitted on both sides: eager dispatch rounds differently again.
+text5 = nnx.state(plain5.language_model, nnx.Param)
+nnx.update(plain5.language_model, jax.tree_util.tree_map_with_path(
+    lambda path, x: x * 0.16 if "kernel" in str(path) else x, text5))
+forward5 = nnx.jit(lambda m, i, a, p, s: m(i, a, p, grids, s))
+expected5 = forward5(plain5, *args3, sequence_grids)
 folder5 = tempfile.mkdtemp()
 export(plain5, folder5)
 with jax.set_mesh(mesh):
   loaded5 = Qwen35.from_pretrained(folder5)
-  got5 = nnx.jit(lambda m, i, a, p, s: m(i, a, p, grids, s))(loaded5, *args3, sequence_grids)
+  got5 = forward5(loaded5, *args3, sequence_grids)
 mixer = loaded5.language_model.layers[0].linear_attn
 assert mixer.in_proj_qkv.kernel[...].sharding.spec == P("fsdp", "tensor")
 assert mixer.conv_weight[...].sharding.spec == P(None, "tensor")

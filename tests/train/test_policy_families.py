@@ -35,13 +35,15 @@ def test_a_full_sft_step_is_the_mean_nll_of_the_models_logits(family):
   data = batch(0)
   assert model.image_tokens(data.images.shape[2:4]) == 4
   pixels, grids, sequence_grids = model.vision_inputs(data.images)
-  logits = np.asarray(model(data.tokens, data.attention_mask, pixels, grids, sequence_grids),
+  forward = nnx.jit(lambda m, t, a, p, s: m(t, a, p, grids, s))
+  logits = np.asarray(forward(model, data.tokens, data.attention_mask, pixels, sequence_grids),
                       np.float64)
   logits -= logits.max(-1, keepdims=True)
   logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
   tokens, mask = np.asarray(data.tokens), np.asarray(data.loss_mask)
   nll = [-logp[b, j - 1, tokens[b, j]] for b in range(8) for j in range(1, 24) if mask[b, j]]
-  ours = np.asarray(token_logprobs(model, data.tokens, data.attention_mask, data.images))
+  ours = np.asarray(nnx.jit(token_logprobs)(model, data.tokens, data.attention_mask,
+                                            data.images))
   np.testing.assert_allclose(ours[mask], -np.asarray(nll), rtol=1e-4)
   optimizer = make_optimizer(model, OptimizerConfig(learning_rate=1e-2, total_steps=10))
   before = params(model)

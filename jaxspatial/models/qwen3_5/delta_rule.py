@@ -46,6 +46,22 @@ def l2_normalize(x: Array, eps: float = 1e-6) -> Array:
   return x * jax.lax.rsqrt(jnp.sum(x * x, axis=-1, keepdims=True) + eps)
 
 
+def batch_parallel(x: Array) -> Array:
+  """x laid out over the mesh's batch axes ('data', 'fsdp') only, when a mesh is set and the
+  batch divides: the scans then carry per-device state with no collective inside the loop
+  (GSPMD may otherwise split a head or key dimension and all-reduce every step, which on
+  fake CPU devices can deadlock). The kernel's FLOPs are a small part of a layer's."""
+  mesh = jax.sharding.get_abstract_mesh()
+  if mesh.empty:
+    return x
+  axes = tuple(a for a in ("data", "fsdp") if a in mesh.axis_names and mesh.shape[a] > 1)
+  size = 1
+  for a in axes:
+    size *= mesh.shape[a]
+  spec = jax.sharding.PartitionSpec(axes if axes and x.shape[0] % size == 0 else None)
+  return jax.lax.with_sharding_constraint(x, spec)
+
+
 def recurrent(q_BxTxHxK: Array, k_BxTxHxK: Array, v_BxTxHxV: Array, g_BxTxH: Array,
               beta_BxTxH: Array, state_BxHxKxV: Array) -> tuple[Array, Array]:
   """Token by token. q, k, v, g, beta float32, q and k normalised (q scaled); returns
@@ -137,7 +153,8 @@ def gated_delta_rule(q_BxTxHkxK: Array, k_BxTxHkxK: Array, v_BxTxHxV: Array, g_B
   if state_BxHxKxV is None:
     b, _, _, dk = q.shape
     state_BxHxKxV = jnp.zeros((b, heads, dk, v.shape[-1]), jnp.float32)
-  state = f32(state_BxHxKxV)
+  q, k, v, g, beta = map(batch_parallel, (q, k, v, g, beta))
+  state = batch_parallel(f32(state_BxHxKxV))
   if form == "recurrent":
     return recurrent(q, k, v, g, beta, state)
   return chunked(q, k, v, g, beta, state, chunk_size)
