@@ -62,7 +62,7 @@ def test_greedy_compiled_rollout_equals_the_host_reference(setup):
   np.testing.assert_allclose(traj.reward, ref["reward"], atol=1e-6)
 
 
-@pytest.mark.parametrize("family", ["qwen3_vl", "qwen3_5"])
+@pytest.mark.parametrize("family", [pytest.param("qwen3_vl", marks=pytest.mark.slow), "qwen3_5"])
 def test_other_policy_families_roll_out_as_the_host_reference(family):
   """The rollout is written against the policy interface: a Qwen3-VL policy (DeepStack
   features added inside the decoder at every observation's image tokens) and a Qwen3.5
@@ -187,6 +187,7 @@ def test_scripted_episode_equals_stepping_the_environment_by_hand(setup):
   assert given[:, prompt_len:].any()  # observation messages are attended, without loss
 
 
+@pytest.mark.slow
 def test_partly_scripted_rollout_equals_the_host_reference(setup):
   """Forced first turns take every episode into multi-turn play; later turns are sampled."""
   s = setup

@@ -19,7 +19,8 @@ from tests.train.sharded_worker import batch, params
 FAMILIES = {"qwen3_vl": (Qwen3VL, Qwen3VLConfig), "qwen3_5": (Qwen35, Qwen35Config)}
 
 
-@pytest.fixture(scope="module", params=sorted(FAMILIES))
+@pytest.fixture(scope="module", params=[pytest.param("qwen3_vl", marks=pytest.mark.slow),
+                                        "qwen3_5"])
 def family(request):
   # Vocabulary 256: image token 250, as the shared batch places it (one 56 x 56 view: a
   # 4 x 4 patch grid, 4 merged tokens).

@@ -50,6 +50,7 @@ def test_frozen_reference_is_the_policy_when_copied(tmp_path):
   assert Checkpointer(tmp_path / "elsewhere").restore_reference(reference.params) is None
 
 
+@pytest.mark.slow
 def test_lora_disabled_reference_is_the_base_model():
   model = Qwen25VL(CONFIG, rngs=nnx.Rngs(0))
   data = batch(0)

@@ -12,7 +12,8 @@ g_t <= 0 (log decay) and the write strength beta_t in (0, 1):
 the other form is tested against. `chunked` is the parallel form for prefill and training:
 within a chunk of C tokens, the delta-rule writes are solved at once with a unit lower-
 triangular system (the UT transform of DeltaNet: (I + L) U = beta V, L_ij = beta_i k_i.k_j
-exp(gamma_i - gamma_j) for j < i, gamma the in-chunk cumulative gate); `lax.scan` then
+exp(gamma_i - gamma_j) for j < i, gamma the in-chunk cumulative gate), inverted by
+log2(C) matmul doublings (`unit_lower_inverse`); `lax.scan` then
 carries the state across chunks with matmuls only. Both take the same inputs and give the
 same outputs and final state.
 
@@ -29,7 +30,6 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-from jax.scipy.linalg import solve_triangular
 
 Array = jax.Array
 HIGHEST = jax.lax.Precision.HIGHEST
@@ -104,12 +104,11 @@ def chunked(q_BxTxHxK: Array, k_BxTxHxK: Array, v_BxTxHxV: Array, g_BxTxH: Array
   decay = jnp.exp(jnp.where(causal, gap, -jnp.inf))       # 0 above the diagonal: no overflow
   k_beta = k * beta[..., None]
   lower = jnp.where(strictly, _mm("...ik,...jk->...ij", k_beta, k) * decay, 0.0)
-  system = lower + jnp.eye(c, dtype=jnp.float32)
+  inverse = unit_lower_inverse(lower)
   # The in-chunk writes: u = (I + L)^-1 beta v, and the decayed keys that read the state
   # carried in, w = (I + L)^-1 beta k exp(gamma).
-  u = solve_triangular(system, v * beta[..., None], lower=True, unit_diagonal=True)
-  w = solve_triangular(system, k_beta * jnp.exp(gamma)[..., None], lower=True,
-                       unit_diagonal=True)
+  u = _mm("...ij,...jv->...iv", inverse, v * beta[..., None])
+  w = _mm("...ij,...jk->...ik", inverse, k_beta * jnp.exp(gamma)[..., None])
   scores = _mm("...ik,...jk->...ij", q, k) * decay        # in-chunk attention, diagonal in
   q_decayed = q * jnp.exp(gamma)[..., None]
   k_decayed = k * jnp.exp(gamma[..., -1:] - gamma)[..., None]
@@ -127,6 +126,22 @@ def chunked(q_BxTxHxK: Array, k_BxTxHxK: Array, v_BxTxHxV: Array, g_BxTxH: Array
   out = jnp.moveaxis(out, 3, 2)                           # [N, B, C, H, V]
   out = jnp.moveaxis(out, 0, 1).reshape((b, n * c, h, out.shape[-1]))
   return out[:, :t], state
+
+
+def unit_lower_inverse(lower_CxC: Array) -> Array:
+  """(I + L)^-1 for strictly lower-triangular L, by matmuls only: L is nilpotent, so the
+  inverse is sum_n (-L)^n = (I - L)(I + L^2)(I + L^4)... (log2 C factors). No triangular
+  solve: on the CPU that is a LAPACK call (an Act3D recipe run on the CPU stalled in a
+  compiled rollout holding one; not reduced further), on accelerators a sequential kernel,
+  where these are batched matmuls."""
+  c = lower_CxC.shape[-1]
+  eye = jnp.eye(c, dtype=jnp.float32)
+  power = -lower_CxC
+  inverse = eye + power
+  for _ in range(max(0, (c - 1).bit_length() - 1)):
+    power = _mm("...ij,...jk->...ik", power, power)
+    inverse = _mm("...ij,...jk->...ik", inverse, eye + power)
+  return inverse
 
 
 def gated_delta_rule(q_BxTxHkxK: Array, k_BxTxHkxK: Array, v_BxTxHxV: Array, g_BxTxH: Array,
