@@ -324,10 +324,10 @@ def test_export_reloads_in_transformers_and_here(checkpoint, ours, tmp_path):
                nnx.state(old, nnx.Param))
   # Built here (no raw config): config.json is `to_hf()`, which transformers reads and which
   # round-trips.
-  from jaxspatial.models.qwen3_vl.export import _config_dict
+  from jaxspatial.models.qwen3_vl.export import config_dict
   config = Qwen3VLConfig.tiny(320)
   fresh = nnx.eval_shape(lambda: Qwen3VL(config, rngs=nnx.Rngs(0)))
-  written = _config_dict(fresh)
+  written = config_dict(fresh)
   assert written == config.to_hf()
   # config.json round-trips everything but the pixel bounds, which are the image
   # processor's (preprocessor_config.json; see the test below).
