@@ -445,13 +445,16 @@ def test_full_disk_surfaces_in_one_line(tmp_path):
       checkpointer.save(step, model, optimizer, {})
       checkpointer.wait()
     expected = snapshot(model, optimizer)
-    with open(disk / "filler", "wb") as f:  # fill the disk to the last byte
-      try:
-        while True:
-          f.write(b"\0" * 65536)
-          f.flush()
-      except OSError:
+    # Fill the disk to the last byte, unbuffered: a buffered file's close would flush the
+    # bytes that did not fit and raise ENOSPC again.
+    filler = os.open(disk / "filler", os.O_WRONLY | os.O_CREAT)
+    try:
+      while os.write(filler, b"\0" * 65536):
         pass
+    except OSError:
+      pass
+    finally:
+      os.close(filler)
     train(model, optimizer, 3)
     with pytest.raises(CheckpointError) as raised:
       checkpointer.save(3, model, optimizer, {})
