@@ -107,10 +107,12 @@ class DecodeState:
 
 def prefill(model, input_ids_BxL: Array, attention_mask_BxL: Array, capacity: int,
             cache_dtype=jnp.float32, pixel_values: Array | None = None, grids=(),
-            sequence_grids_BxKx3: Array | None = None, vision=None):
+            sequence_grids_BxKx3: Array | None = None, vision=None,
+            real_length: Array | None = None):
   """Writes a left-padded prompt into a fresh cache of `capacity` slots.
   Returns (state, logits of the last prompt position [B, V]). `vision`: the vision
-  encoder's output (`model.encode_images`) when the caller has it already."""
+  encoder's output (`model.encode_images`) when the caller has it already.
+  `real_length`: a right-padded prompt instead, as `append` takes it."""
   batch, length = input_ids_BxL.shape
   if capacity < length:
     raise ValueError(f"prefill: capacity {capacity} is smaller than the prompt ({length})")
@@ -121,8 +123,10 @@ def prefill(model, input_ids_BxL: Array, attention_mask_BxL: Array, capacity: in
                       last_hidden=jnp.zeros((batch, model.config.text.hidden_size), jnp.float32),
                       last_token=jnp.full(batch, -1, jnp.int32))
   state, logits = append(model, state, input_ids_BxL, attention_mask_BxL, pixel_values, grids,
-                         sequence_grids_BxKx3, vision)
-  return state, logits[:, -1]
+                         sequence_grids_BxKx3, vision, real_length)
+  if real_length is None:
+    return state, logits[:, -1]
+  return state, jax.lax.dynamic_index_in_dim(logits, real_length - 1, 1, keepdims=False)
 
 
 def prefill_shared(model, prefix_ids_P: Array, batch: int, capacity: int,
@@ -140,11 +144,16 @@ def prefill_shared(model, prefix_ids_P: Array, batch: int, capacity: int,
 
 def append(model, state: DecodeState, input_ids_BxT: Array, attention_mask_BxT: Array,
            pixel_values: Array | None = None, grids=(),
-           sequence_grids_BxKx3: Array | None = None, vision=None):
+           sequence_grids_BxKx3: Array | None = None, vision=None,
+           real_length: Array | None = None):
   """Writes a segment (text, with images where `grids` says) after what the cache holds,
   at the right M-RoPE positions. Returns (state, logits [B, T, V]).
 
-  Multi-turn rollouts append each observation this way (its tokens get loss mask 0)."""
+  Multi-turn rollouts append each observation this way (its tokens get loss mask 0).
+  `real_length` ([] int32): the segment is right-padded and only its first `real_length`
+  positions count; the next write starts after them (over the padding, so padding costs
+  no cache slots) and the state's last token and hidden state are position
+  real_length - 1's."""
   text = model.language_model
   embeds, residuals = model.decoder_inputs(input_ids_BxT, pixel_values, grids, vision)
   relative = model.position_ids(input_ids_BxT, attention_mask_BxT,
@@ -160,10 +169,16 @@ def append(model, state: DecodeState, input_ids_BxT: Array, attention_mask_BxT: 
   next_position = jnp.where(jnp.any(real, -1),
                             jnp.max(jnp.where(real[None], positions, -1), axis=(0, 2)) + 1,
                             state.next_position)
-  state = DecodeState(cache=cache, valid=valid, next_slot=state.next_slot + length,
-                      next_position=next_position,
-                      last_hidden=hidden[:, -1].astype(jnp.float32),
-                      last_token=input_ids_BxT[:, -1].astype(jnp.int32))
+  if real_length is None:
+    written, last_hidden, last_token = length, hidden[:, -1], input_ids_BxT[:, -1]
+  else:
+    written = real_length
+    last_hidden = jax.lax.dynamic_index_in_dim(hidden, real_length - 1, 1, keepdims=False)
+    last_token = jax.lax.dynamic_index_in_dim(input_ids_BxT, real_length - 1, 1,
+                                              keepdims=False)
+  state = DecodeState(cache=cache, valid=valid, next_slot=state.next_slot + written,
+                      next_position=next_position, last_hidden=last_hidden.astype(jnp.float32),
+                      last_token=last_token.astype(jnp.int32))
   return state, text.logits(hidden).astype(jnp.float32)
 
 

@@ -98,8 +98,7 @@ class Engine:
     views = max(len(p.images) for p in rows)
     if views:
       grids = tuple(self.model.image_grid(image.shape[:2]) for p in rows for image in p.images)
-      pixels = jnp.concatenate([self._pixels(jnp.asarray(image)) for p in rows
-                                for image in p.images])
+      pixels = self.pixel_values([image for p in rows for image in p.images])
       fill = grids[0]
       per_row = []
       for p in rows:
@@ -115,6 +114,11 @@ class Engine:
     out = _generate(self.model, jnp.asarray(ids), jnp.asarray(mask), key, pixels,
                     sequence_grids, config, grids)
     return np.asarray(out.tokens)[:len(prompts)], batch
+
+  def pixel_values(self, images) -> jax.Array:
+    """The vision encoder's input of images at the policy's size, concatenated in order
+    (each image preprocessed on its own: a program per image size)."""
+    return jnp.concatenate([self._pixels(jnp.asarray(image)) for image in images])
 
   def reply(self, tokens: np.ndarray, prompt_tokens: int, max_tokens: int,
             stop: tuple[str, ...] = ()) -> Reply:

@@ -7,6 +7,7 @@ so its episodes run to the step limit."""
 import base64
 import io
 import re
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -71,7 +72,7 @@ def test_tiny_policy_drives_episodes(policy_folder):
                       concurrency=2, kernel_limits=LIMITS)
   with backend.chat_model(1) as chat:
     results = run_episodes(chat, tasks, config)
-    stats = chat.batcher.stats()
+    stats = chat.stats()
   assert [r.question_id for r in results] == ["0", "1"]
   for result in results:
     assert result.error is None and result.stop in ("max_steps", "answer")
@@ -80,10 +81,18 @@ def test_tiny_policy_drives_episodes(policy_folder):
     _check_feedback(result, 2)
     assert result.stop == "answer" or len(result.steps) == 2
   assert stats["requests"] == sum(r.requests for r in results)
-  assert stats["failed_batches"] == 0 and stats["batches"] <= stats["requests"]
-  # A folder on its own (no benchmark backend) builds the same way.
-  own = PolicyChat.from_folder(policy_folder, max_batch=2)
+  # Each episode's steps after its first append to the cache its previous step left (the
+  # plan has its own prompt: the first step misses).
+  assert stats["hits"] == sum(len(r.steps) - 1 for r in results), (stats, results)
+  # A folder on its own (no benchmark backend) builds the same way; without prefix reuse
+  # concurrent requests run as batches.
+  own = PolicyChat.from_folder(policy_folder, max_batch=2, reuse_prefix=False)
   assert own.name == "tiny-policy" and own.builder.max_images == 128
+  with ThreadPoolExecutor(2) as pool:
+    replies = list(pool.map(lambda q: own.chat([{"role": "user", "content": q}],
+                                               max_tokens=8), ["left?", "right?"]))
+  assert all(isinstance(r, str) for r in replies)
+  assert own.stats()["requests"] == 2 and own.stats()["failed_batches"] == 0
   own.close()
 
 
