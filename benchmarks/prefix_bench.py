@@ -10,7 +10,7 @@ Cost on a 2-core CPU: about a minute, most of it compiling. Tiny random Qwen2.5-
 (hidden 64, `--layers`), batch 1, greedy, float32; the first prompt holds one 224x224
 image; each step adds the reply (`--reply` tokens, no stop) and `--feedback` text tokens.
 Both ways run the conversation once to compile, then once timed. Rows: seconds for all
-steps, prompt tokens run through the model, and the final context.
+steps, prompt tokens run through the model, and the last prompt's length.
 """
 
 from __future__ import annotations
@@ -29,23 +29,24 @@ from jaxspatial.rollout import tiny
 from jaxspatial.serving import Engine, PrefixCache, Prompt, Sampling
 
 
-def conversation(image_tokens: int, image, steps: int, feedback: int, reply: int, seed=0):
-  """The prompts' pieces: the first prompt, then per step (reply ids, feedback ids)."""
+def conversation(image_tokens: int, image_pad_id: int, steps: int, feedback: int, reply: int,
+                 seed=0):
+  """The first prompt's ids (one image), then per step (reply ids, feedback ids)."""
   rng = np.random.default_rng(seed)
   text = lambda n: rng.integers(20, 600, n).astype(np.int32)
-  first = np.concatenate([text(40), np.full(image_tokens, -1, np.int32), text(40)])
+  first = np.concatenate([text(40), np.full(image_tokens, image_pad_id, np.int32), text(40)])
   return first, [(text(reply), text(feedback)) for _ in range(steps)]
 
 
-def run(generate, first, turns, image, image_pad_id) -> tuple[float, int]:
-  """(seconds, final context) of the conversation through `generate(prompt) -> tokens`."""
-  ids = np.where(first == -1, image_pad_id, first)
+def run(generate, first, turns, image) -> tuple[float, list[int]]:
+  """(seconds, each prompt's length) of the conversation through `generate(prompt)`."""
+  ids, lengths = first, []
   start = time.perf_counter()
   for reply, feedback in turns:
-    prompt = Prompt(ids, (image,))
-    generate(prompt)
+    generate(Prompt(ids, (image,)))
+    lengths.append(len(ids))
     ids = np.concatenate([ids, reply, feedback])  # the reply as the template writes it back
-  return time.perf_counter() - start, len(ids)
+  return time.perf_counter() - start, lengths
 
 
 def main(argv=None):
@@ -62,9 +63,8 @@ def main(argv=None):
                                      rngs=nnx.Rngs(0))
   image = np.random.default_rng(1).integers(0, 256, (224, 224, 3), dtype=np.uint8)
   engine = Engine(model, tok, stop_ids=(), batch_buckets=(1,))
-  first, turns = conversation(model.image_tokens(image.shape[:2]), image, args.steps,
-                              args.feedback, args.reply)
-  pad = model.config.image_token_id
+  first, turns = conversation(model.image_tokens(image.shape[:2]), model.config.image_token_id,
+                              args.steps, args.feedback, args.reply)
   key, greedy = jax.random.PRNGKey(0), Sampling()
 
   def whole(prompt):
@@ -72,19 +72,15 @@ def main(argv=None):
 
   rows = {}
   for name in ("whole prompt", "prefix cache"):
-    times = []
     for _ in range(2):  # compile, then timed
       cache = PrefixCache(engine, entries=2)
       call = whole if name == "whole prompt" else (
           lambda p, c=cache: c.generate(p, args.reply, greedy, key))
-      seconds, context = run(call, first, turns, image, pad)
-      times.append(seconds)
-    prefilled = (cache.stats()["prefilled_tokens"] if name == "prefix cache" else None)
-    rows[name] = (times[-1], prefilled)
-  lengths = [len(first) + k * (args.reply + args.feedback) for k in range(args.steps)]
-  rows["whole prompt"] = (rows["whole prompt"][0], sum(lengths))
+      seconds, lengths = run(call, first, turns, image)
+    run_tokens = sum(lengths) if name == "whole prompt" else cache.stats()["prefilled_tokens"]
+    rows[name] = (seconds, run_tokens)
   print(f"{args.steps} steps, +{args.feedback} feedback and {args.reply} reply tokens each, "
-        f"final context {context} tokens; hidden {text.hidden_size}, {args.layers} layers, "
+        f"last prompt {lengths[-1]} tokens; hidden {text.hidden_size}, {args.layers} layers, "
         "batch 1")
   print("| way | seconds (steps) | prompt tokens run | per step |")
   print("|---|---|---|---|")
