@@ -30,6 +30,7 @@ import dataclasses
 from typing import Callable, Mapping, Sequence
 
 from data_pipelines.readers.common import BenchmarkQuestion
+from jaxspatial.eval import metrics
 
 VSI_MULTIPLE_CHOICE = ("object_rel_distance", "object_rel_direction_easy",
                        "object_rel_direction_medium", "object_rel_direction_hard",
@@ -43,8 +44,9 @@ class Protocol:
   """columns: the table's category columns in the paper's order; groups: column -> its raw
   categories (default the column alone); labels: column -> the paper's header; overall:
   "micro" (all questions) or "macro" (the mean of the columns); metric: question -> a
-  `jaxspatial.eval.metrics.METRICS` name; letter_rule / number_rule / inclusive: how
-  `jaxspatial.eval.score` reads predictions."""
+  `jaxspatial.eval.metrics.METRICS` name; letter_rule / number_rule / inclusive / extract:
+  how `jaxspatial.eval.score` reads predictions, by default as the benchmark's official
+  evaluation code does (`jaxspatial.eval.metrics`; WORKSPACE.md "Benchmarks")."""
 
   benchmark: str
   columns: tuple[str, ...]
@@ -55,6 +57,7 @@ class Protocol:
   letter_rule: str = "letter"
   number_rule: str = "vsibench"
   inclusive: bool = False
+  extract: str = "answer_block"
   keep: Callable[[BenchmarkQuestion], bool] = lambda question: True
 
   def category(self, question: BenchmarkQuestion) -> str:
@@ -72,6 +75,14 @@ class Protocol:
   def select(self, questions: Sequence[BenchmarkQuestion]) -> list[BenchmarkQuestion]:
     """The questions this protocol evaluates (VSI-Bench-tiny: its four types)."""
     return [q for q in questions if self.keep(q)]
+
+  def score(self, question: BenchmarkQuestion, prediction) -> float:
+    """One question's score: the prediction's text (or a verdict given as a number) under
+    this protocol's metric and rules."""
+    return metrics.score(self.metric(question), prediction, question.answer, question.answers,
+                         letter_rule=self.letter_rule, number_rule=self.number_rule,
+                         inclusive=self.inclusive, extract=self.extract,
+                         num_options=len(question.options) or 5)
 
   def counts(self, questions: Sequence[BenchmarkQuestion]) -> dict[str, int]:
     """{column: number of questions} over the selected questions, in column order."""
@@ -99,22 +110,26 @@ _VSI_LABELS = {"object_counting": "Obj. Count", "object_abs_distance": "Abs. Dis
                "object_size_estimation": "Obj. Size", "room_size_estimation": "Room Size",
                "object_rel_distance": "Rel. Dist.", "object_rel_direction": "Rel. Dir.",
                "route_planning": "Route Plan", "obj_appearance_order": "Appr. Order"}
+_VSI_RULES = dict(letter_rule="vsibench", number_rule="vsibench", inclusive=True, extract="reply")
 _THINK3D_VSI = ("route_planning", "object_rel_direction", "obj_appearance_order",
                 "object_rel_distance")
 
 PROTOCOLS = {
-    "mindcube": Protocol("mindcube", **_MINDCUBE),
-    "mindcube_tiny": Protocol("mindcube_tiny", **_MINDCUBE),
+    # MindCube's extract_answer over the whole reply.
+    "mindcube": Protocol("mindcube", letter_rule="mindcube", **_MINDCUBE),
+    "mindcube_tiny": Protocol("mindcube_tiny", letter_rule="mindcube", **_MINDCUBE),
+    # VSI-Bench's scorer: the reply's first token, MRA with the code's "<=".
     "vsibench": Protocol("vsibench", columns=tuple(_VSI_LABELS), labels=_VSI_LABELS,
                          groups={"object_rel_direction": _DIRECTION}, overall="macro",
-                         metric=_vsi_metric, letter_rule="vsibench"),
+                         metric=_vsi_metric, **_VSI_RULES),
     "vsibench_tiny": Protocol("vsibench_tiny", columns=_THINK3D_VSI,
                               labels={c: _VSI_LABELS[c] for c in _THINK3D_VSI},
                               groups={"object_rel_direction": _DIRECTION}, overall="macro",
                               metric=_vsi_metric,
-                              keep=lambda q: q.category in VSI_MULTIPLE_CHOICE),
+                              keep=lambda q: q.category in VSI_MULTIPLE_CHOICE, **_VSI_RULES),
+    # BLINK's analyze_answer (its GPT-3.5 choice extraction not run).
     "blink_mv": Protocol("blink_mv", columns=("Multi-view_Reasoning",),
-                         labels={"Multi-view_Reasoning": "Multi-view"}),
+                         labels={"Multi-view_Reasoning": "Multi-view"}, letter_rule="blink"),
     "scanqa": Protocol("scanqa", columns=("open",), labels={"open": "ScanQA"},
                        metric=lambda question: "exact_match"),
     # SQA3D's table: EM@1 by the question's first word, overall over all questions.
@@ -134,7 +149,20 @@ PROTOCOLS = {
 }
 
 
-def protocol(name: str) -> Protocol:
+def protocol(name: str, **rules) -> Protocol:
+  """The named benchmark's protocol; `rules` (letter_rule, number_rule, inclusive, extract)
+  replace its official defaults by a named option (e.g. letter_rule="think3d": Think3D's own
+  scripts on MindCube)."""
   if name not in PROTOCOLS:
     raise ValueError(f"benchmark: expected one of {sorted(PROTOCOLS)}, got {name!r}")
-  return PROTOCOLS[name]
+  unknown = set(rules) - {"letter_rule", "number_rule", "inclusive", "extract"}
+  if unknown:
+    raise ValueError(f"protocol {name!r}: unknown rule options {sorted(unknown)}; expected "
+                     "letter_rule, number_rule, inclusive, extract")
+  options = {"letter_rule": metrics.LETTER_RULES, "number_rule": metrics.NUMBER_RULES,
+             "extract": metrics.EXTRACTS, "inclusive": (True, False)}
+  for key, value in rules.items():
+    if value not in options[key]:
+      raise ValueError(f"protocol {name!r}: {key}: expected one of {list(options[key])}, got "
+                       f"{value!r}")
+  return dataclasses.replace(PROTOCOLS[name], **rules)

@@ -70,6 +70,12 @@ _API_KEY_ENV = flags.DEFINE_string("api_key_env", "OPENAI_API_KEY",
 _TOOLS_ONLY = flags.DEFINE_bool("tools_only", False, "skip the no-tools setting")
 _JUDGE_ENDPOINT = flags.DEFINE_string("judge_endpoint", None, "an OpenAI-compatible judge of "
                                       "open answers (Act3D: Qwen3-30B-A3B-Instruct)")
+_LETTER_RULE = flags.DEFINE_enum(
+    "letter_rule", None, ["mindcube", "thinker3d", "think3d", "vsibench", "blink", "letter"],
+    "how option letters are read (default: the benchmark's official evaluation code; "
+    "think3d / thinker3d: those papers' own scripts, letter: the strict leading letter)")
+_EXTRACT = flags.DEFINE_enum("extract", None, ["reply", "answer_block"],
+                             "which text rules read (default: as the official code does)")
 _JUDGE_MODEL = flags.DEFINE_string("judge_model", None, "the judge endpoint's model")
 _JUDGE_KEY_ENV = flags.DEFINE_string("judge_api_key_env", "OPENAI_API_KEY",
                                      "the environment variable holding the judge's key")
@@ -117,7 +123,9 @@ def _benchmark() -> dict:
   return run_benchmark(_BENCHMARK.value, _DATA_DIR.value, _OUT.value, backend, agent=agent,
                        seeds=tuple(range(_SEEDS.value)), split=_SPLIT.value or "test",
                        limit=_LIMIT.value, batch=_BATCH.value, settings=settings,
-                       judge=judge)
+                       judge=judge, rules={k: v for k, v in (("letter_rule", _LETTER_RULE.value),
+                                                             ("extract", _EXTRACT.value))
+                                           if v is not None})
 
 
 def main(argv) -> None:

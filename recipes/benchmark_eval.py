@@ -11,7 +11,7 @@ import numpy as np
 
 from data_pipelines.protocols import Protocol, protocol as named_protocol
 from data_pipelines.readers.common import BenchmarkQuestion
-from jaxspatial.eval import metrics, report
+from jaxspatial.eval import report
 from jaxspatial.eval.aggregate import summarize
 
 # Settings compared in the table when both are present: the tool loop against the model alone.
@@ -30,9 +30,7 @@ def question_scores(questions: Sequence[BenchmarkQuestion], predictions: Mapping
   scores = np.zeros(len(questions), np.float64)
   for k, q in enumerate(questions):
     try:
-      scores[k] = metrics.score(spec.metric(q), predictions[q.question_id], q.answer,
-                                q.answers, letter_rule=spec.letter_rule,
-                                number_rule=spec.number_rule, inclusive=spec.inclusive)
+      scores[k] = spec.score(q, predictions[q.question_id])
     except (TypeError, ValueError) as error:
       raise type(error)(f"predictions{where}[{q.question_id!r}] ({spec.benchmark}, "
                         f"answer {q.answer!r}): {error}") from None

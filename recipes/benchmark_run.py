@@ -50,7 +50,6 @@ from data_pipelines.loader import MAX_VIEWS, scene_questions, scene_tasks
 from data_pipelines.protocols import Protocol, protocol as named_protocol
 from data_pipelines.readers.common import BenchmarkQuestion
 from jaxspatial.envs import decode_text
-from jaxspatial.eval import metrics
 from jaxspatial.geometry import bucket_size
 from jaxspatial.rollout.episode import ANSWER_BYTES
 from recipes.benchmark_eval import evaluate_predictions
@@ -209,12 +208,15 @@ def judge_verdicts(judge, tasks, texts: Sequence[str]) -> np.ndarray:
 def run_benchmark(benchmark: str, data_dir, out_dir, backend, *, agent=None,
                   seeds: Sequence[int] = (0, 1, 2), split: str = "test",
                   limit: int | None = None, batch: int = 16, settings=None,
-                  episodes: int = 50, title: str | None = None, judge=None) -> dict:
+                  episodes: int = 50, title: str | None = None, judge=None,
+                  rules: dict | None = None) -> dict:
   """Evaluates `backend` on the prepared benchmark; returns the results document.
+  `rules` (letter_rule, number_rule, inclusive, extract) replace the protocol's official
+  scoring rules by a named option (`data_pipelines.protocols.protocol`).
   `settings` defaults to ("no_tools", "tools") with an agent, ("no_tools",) without.
   `judge` (an `LLMJudge`, e.g. Act3D's evaluation judge): open questions (the protocol's
   exact-match metric) score its verdict instead of exact match."""
-  spec = named_protocol(benchmark)
+  spec = named_protocol(benchmark, **(rules or {}))
   source = load_benchmark(DATASETS.get(benchmark, benchmark), data_dir, split)
   questions = spec.select(stored_questions(source, benchmark))
   if limit is not None:
@@ -267,9 +269,7 @@ def run_benchmark(benchmark: str, data_dir, out_dir, backend, *, agent=None,
           qid: judged.get((setting, int(seed), qid), text) for qid, text in answers.items()}
       for qid, text in answers.items():
         q = by_id[qid]
-        score = metrics.score(spec.metric(q), predictions[setting][int(seed)][qid], q.answer,
-                              q.answers, letter_rule=spec.letter_rule,
-                              number_rule=spec.number_rule, inclusive=spec.inclusive)
+        score = spec.score(q, predictions[setting][int(seed)][qid])
         rows.append(json.dumps({"setting": setting, "seed": int(seed), "question_id": qid,
                                 "category": spec.category(q), "reference": q.answer,
                                 "prediction": text, "score": float(score)}))
@@ -287,6 +287,8 @@ def run_benchmark(benchmark: str, data_dir, out_dir, backend, *, agent=None,
          "agent": getattr(agent, "name", None), "settings": list(settings),
          "seeds": [int(s) for s in seeds], "questions": len(questions),
          "judge": None if judge is None else type(judge).__name__,
+         "scoring": {"letter_rule": spec.letter_rule, "number_rule": spec.number_rule,
+                     "inclusive": spec.inclusive, "extract": spec.extract},
          "seconds": round(time.perf_counter() - start, 3)}
   _write_atomic(out / "run.json", json.dumps(run, indent=2) + "\n")
   return document

@@ -1,20 +1,37 @@
-"""Per-question scores as the papers define them (host, numpy).
+"""Per-question scores as the benchmarks' official evaluation code computes them (host,
+numpy). Each rule names the public file it follows; WORKSPACE.md "Benchmarks" lists which
+protocol uses which.
 
-- Multiple choice: exact option-letter accuracy, the letter read by one of the repo's
-  answer rules (`rl.rewards.text`): "letter" (Think3D / Act3D / PERIA: the answer starts
-  with the letter, "B", "(B)", "B. sofa"), "thinker3d" (3DThinker's public priority of
-  patterns), "vsibench" (VSI-Bench's public scorer: the first whitespace-separated token,
-  a trailing "." removed, equal to the letter ignoring case).
+- Multiple choice: exact option-letter accuracy, the letter read by a `LETTER_RULES` rule:
+  - "mindcube": MindCube's `extract_answer` (src/evaluation/core/extractors.py) over the
+    whole reply: the last match of the first pattern family that matches ("X." anywhere,
+    then an `<Answer>` section, "Answer: X", a line starting with X, ..., a lone X).
+  - "thinker3d": 3DThinker's evaluation: the same priority over the `<answer>` block's
+    content, or the whole reply when it has none.
+  - "think3d": Think3D's spagent scripts (`spagent/utils/utils.py` normalize_answer): the
+    `<answer>` block if any, then the first "(X)" or "X." (A-D), else the first capital A-D
+    anywhere.
+  - "vsibench": VSI-Bench's scorer (thinking-in-space `lmms_eval/tasks/vsibench/utils.py`):
+    the reply's first space-separated token, trailing "." removed, equal ignoring case.
+  - "blink": BLINK's `analyze_answer` (eval/test_benchmark.py) without its GPT-3.5
+    fallback: a bare "X" or "(X)" reply, else the one "(X)" token (whitespace-separated,
+    among the question's choices) of the reply or of its last paragraph; any other reply
+    goes to GPT-3.5 there and reads as no answer here.
+  - "letter": strict: the answer starts with the letter ("B", "(B)", "B. sofa").
 - Numeric answers (VSI-Bench's NA question types): mean relative accuracy,
   MRA = 1/|C| sum_{theta in C} 1[|pred - gt| / gt < 1 - theta], C = {0.50, 0.55, ..., 0.95}.
-  The paper writes "<"; the public code (thinking-in-space / lmms-eval) compares with "<=",
-  which differs only on a boundary (gt 2, pred 3 at theta 0.5): `inclusive=True` is the
-  code's rule. An unparsable prediction scores 0 (the code's worst case).
+  The paper writes "<"; the public code compares with "<=", which differs only on a
+  boundary (gt 2, pred 3 at theta 0.5): `inclusive=True` is the code's rule. An unparsable
+  prediction scores 0 (the code's worst case).
+- ChartQA: pix2struct's `relaxed_correctness` (pix2struct/metrics.py), best over the
+  references.
 - Open answers: SQuAD-normalised exact match against every reference (`exact_match`), or a
   score given from outside (a judge's verdict) passed as a number.
 
-The prediction is a model's whole final text: the content of its first
-<answer>...</answer> when there is one, else the text (`prediction_answer`).
+Which text a rule reads (`EXTRACTS`): "reply", the model's whole final text, as the
+official scripts pass it, or "answer_block", the content of its first <answer>...</answer>
+when there is one, else the text (`prediction_answer`). Rules that read the whole reply
+themselves ("mindcube", "thinker3d", "think3d", "blink") ignore it.
 """
 
 from __future__ import annotations
@@ -28,10 +45,12 @@ from jaxspatial.rl.rewards import text as rules
 
 # The ten confidence thresholds of VSI-Bench's MRA (the code's linspace(.5, .95, 10)).
 MRA_THRESHOLDS = np.linspace(0.50, 0.95, 10)
-LETTER_RULES = ("letter", "thinker3d", "vsibench")
+LETTER_RULES = ("mindcube", "thinker3d", "think3d", "vsibench", "blink", "letter")
 NUMBER_RULES = ("vsibench", "first_number")
+EXTRACTS = ("reply", "answer_block")
 METRICS = ("accuracy", "mra", "exact_match", "relaxed_accuracy")
 _NUMBER = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?")
+_SPAGENT_LETTER = re.compile(r"\(([A-D])\)|([A-D])\.")
 
 
 def prediction_answer(text: str | None) -> str:
@@ -43,34 +62,82 @@ def prediction_answer(text: str | None) -> str:
   return (text if inside is None else inside).strip()
 
 
-def predicted_letter(text: str | None, rule: str = "letter") -> str | None:
+def _extracted(text: str | None, extract: str) -> str:
+  if extract == "reply":
+    return text or ""
+  if extract == "answer_block":
+    return prediction_answer(text)
+  raise ValueError(f"extract: expected one of {EXTRACTS}, got {extract!r}")
+
+
+def _first_token(text: str) -> str:
+  """VSI-Bench's `fuzzy_matching`: the first " "-separated token, "." stripped from its end,
+  then whitespace."""
+  return text.split(" ")[0].rstrip(".").strip()
+
+
+def _think3d_letter(text: str) -> str | None:
+  answer = text.strip()
+  start, end = answer.find("<answer>"), answer.find("</answer>")
+  if start != -1 and end != -1 and end > start:
+    answer = answer[start + len("<answer>"):end].strip()
+  match = _SPAGENT_LETTER.search(answer)
+  if match:
+    return match.group(1) or match.group(2)
+  return next((c for c in answer if c in "ABCD"), None)
+
+
+def _blink_letter(text: str, num_options: int) -> str | None:
+  choices = {f"({chr(ord('A') + k)})" for k in range(num_options)}
+  if text in ("A", "B", "C", "D", "E"):
+    return text
+  if text in ("(A)", "(B)", "(C)", "(D)", "(E)"):
+    return text[1]
+  found = choices.intersection(text.split())
+  last = choices.intersection(text.split("\n\n")[-1].split())
+  if len(last) == 1 and found:
+    return next(iter(last))[1]
+  if len(found) == 1:
+    return next(iter(found))[1]
+  return None  # BLINK asks GPT-3.5 to pick a choice here
+
+
+def predicted_letter(text: str | None, rule: str = "mindcube", extract: str = "answer_block",
+                     num_options: int = 5) -> str | None:
   """The option letter a prediction gives under `rule` (LETTER_RULES), or None."""
-  if rule == "letter":
-    return rules.option_letter(prediction_answer(text))
+  if rule == "mindcube":
+    return rules.thinker3d_option(text or "")
   if rule == "thinker3d":
-    return rules.thinker3d_option(rules.thinker3d_answer(text or ""))
+    inside = rules.answer_text(text or "")
+    return rules.thinker3d_option(text or "" if inside is None else inside.strip())
+  if rule == "think3d":
+    return _think3d_letter(text or "")
+  if rule == "blink":
+    return _blink_letter(text or "", num_options)
+  if rule == "letter":
+    return rules.option_letter(_extracted(text, extract))
   if rule == "vsibench":
-    words = prediction_answer(text).split(" ")
-    token = words[0].rstrip(".").strip() if words else ""
+    token = _first_token(_extracted(text, extract))
     return token.upper() if len(token) == 1 and token.isalpha() else None
   raise ValueError(f"predicted_letter.rule: expected one of {LETTER_RULES}, got {rule!r}")
 
 
-def option_correct(text: str | None, answer: str, rule: str = "letter") -> bool:
+def option_correct(text: str | None, answer: str, rule: str = "mindcube",
+                   extract: str = "answer_block", num_options: int = 5) -> bool:
   """Whether the prediction's option letter (by `rule`) is the reference letter."""
-  letter = predicted_letter(text, rule)
+  letter = predicted_letter(text, rule, extract, num_options)
   return letter is not None and letter == answer.strip().upper()
 
 
-def parse_number(text: str | None, rule: str = "vsibench") -> float | None:
+def parse_number(text: str | None, rule: str = "vsibench",
+                 extract: str = "answer_block") -> float | None:
   """The number a prediction gives, or None. "vsibench": the public scorer's rule (the first
-  whitespace-separated token, a trailing "." removed, as a float); "first_number": the
-  first number anywhere in the answer ("about 3.5 meters" -> 3.5)."""
-  answer = prediction_answer(text)
+  space-separated token, a trailing "." removed, as a float); "first_number": the first
+  number anywhere in the answer ("about 3.5 meters" -> 3.5)."""
+  answer = _extracted(text, extract)
   if rule == "vsibench":
-    token = answer.split(" ")[0].rstrip(".").strip() if answer else ""
     try:
-      value = float(token)
+      value = float(_first_token(answer))
     except ValueError:
       return None
   elif rule == "first_number":
@@ -103,29 +170,33 @@ def mean_relative_accuracy(prediction, target, thresholds=MRA_THRESHOLDS,
   return hit.mean(axis=-1)
 
 
-def _chart_number(text: str) -> float | None:
-  """ChartQA's reading of a number: "12.5" -> 12.5, "40%" -> 0.4, else None."""
-  text = text.strip()
+def _chart_float(text: str) -> float | None:
+  """pix2struct's reading of a number: a trailing "%" (every one of them) divides by 100."""
   try:
-    return float(text[:-1]) / 100.0 if text.endswith("%") else float(text)
+    return float(text.rstrip("%")) / 100.0 if text.endswith("%") else float(text)
   except ValueError:
     return None
 
 
-def relaxed_correct(prediction: str | None, target: str, tolerance: float = 0.05) -> bool:
-  """ChartQA's relaxed accuracy: a numeric answer within `tolerance` relative error of a
-  numeric target (a zero target needs an exact zero), anything else equal ignoring case.
-  The prediction is the text's <answer> when it has one."""
-  guess = prediction_answer(prediction).strip()
-  wanted, got = _chart_number(target), _chart_number(guess)
-  if wanted is not None and got is not None:
-    return got == wanted if wanted == 0 else abs(got - wanted) / abs(wanted) <= tolerance
-  return guess.lower() == target.strip().lower()
+def relaxed_correctness(target: str, prediction: str, max_relative_change: float = 0.05) -> bool:
+  """ChartQA's relaxed accuracy, pix2struct's rule on the texts as given (no stripping):
+  both numbers and the target non-zero -> relative change <= 5 %; otherwise equal ignoring
+  case (so "0.0" against "0" is wrong)."""
+  wanted, got = _chart_float(target), _chart_float(prediction)
+  if got is not None and wanted:
+    return abs(got - wanted) / abs(wanted) <= max_relative_change
+  return prediction.lower() == target.lower()
+
+
+def relaxed_correct(prediction: str | None, target: str, extract: str = "answer_block") -> bool:
+  """`relaxed_correctness` of a model's text (its answer, as `extract` reads it)."""
+  return relaxed_correctness(target, _extracted(prediction, extract))
 
 
 def score(metric: str, prediction, answer: str, answers: Sequence[str] = (),
-          letter_rule: str = "letter", number_rule: str = "vsibench",
-          inclusive: bool = False) -> float:
+          letter_rule: str = "mindcube", number_rule: str = "vsibench",
+          inclusive: bool = False, extract: str = "answer_block",
+          num_options: int = 5) -> float:
   """One question's score in [0, 1] under `metric` (METRICS). A prediction that is already
   a number (bool, int, float: a judge's verdict, an episode's recorded correctness) is
   taken as the score."""
@@ -138,15 +209,17 @@ def score(metric: str, prediction, answer: str, answers: Sequence[str] = (),
     raise TypeError(f"score.prediction: expected str, a number or None, got "
                     f"{type(prediction).__name__}")
   if metric == "accuracy":
-    return float(option_correct(prediction, answer, letter_rule))
+    return float(option_correct(prediction, answer, letter_rule, extract, num_options))
   if metric == "mra":
-    value = parse_number(prediction, number_rule)
+    value = parse_number(prediction, number_rule, extract)
     return float(mean_relative_accuracy(np.nan if value is None else value, float(answer),
                                         inclusive=inclusive))
   if metric == "exact_match":
-    return float(rules.exact_match(prediction_answer(prediction), tuple(answers) or (answer,)))
+    return float(rules.exact_match(_extracted(prediction, extract),
+                                   tuple(answers) or (answer,)))
   if metric == "relaxed_accuracy":
-    return float(any(relaxed_correct(prediction, a) for a in (tuple(answers) or (answer,))))
+    return float(any(relaxed_correct(prediction, a, extract)
+                     for a in (tuple(answers) or (answer,))))
   raise ValueError(f"score.metric: expected one of {METRICS}, got {metric!r}")
 
 

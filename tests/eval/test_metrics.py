@@ -63,7 +63,8 @@ def test_numbers_and_letters():
   assert option_correct("<think>x</think><answer>(B) the sofa</answer>", "B")
   assert option_correct("B. sofa", "B") and not option_correct("sofa", "B")
   assert not option_correct("<answer>A</answer> B", "B")
-  assert predicted_letter("The answer is C.", "thinker3d") is None  # no <answer>: ""
+  # 3DThinker's evaluation reads the whole reply when it has no <answer> block.
+  assert predicted_letter("The answer is C.", "thinker3d") == "C"
   assert predicted_letter("<answer>I choose C.</answer>", "thinker3d") == "C"
   assert predicted_letter("<answer>C. left</answer>", "thinker3d") == "C"
   assert predicted_letter("b. the chair", "vsibench") == "B"

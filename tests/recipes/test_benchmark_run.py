@@ -23,6 +23,7 @@ from data_pipelines.scene_caches import cache_name
 from jaxspatial.geometry import PointCloud
 from jaxspatial.rollout.agents import Think3DAgent
 from recipes import benchmark_run
+from tests.eval import official_scorers
 from tests.perception.chat_server import ChatServer
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -67,6 +68,18 @@ def _correct(question_id: str, seed: int) -> bool:
   return (value + seed) % 3 != 0 if value % 2 == 0 else (value + seed) % 4 == 0
 
 
+def _chatty(row, seed: int) -> str:
+  """The scripted model's reply to (row, seed): the letter it means (right or wrong by
+  `_correct`) in one of the chatty forms real API models write."""
+  answer = row["gt_answer"]
+  options = max(k + 1 for k, c in enumerate(LETTERS) if f" {c}. " in row["question"])
+  wrong = [c for c in LETTERS[:options] if c != answer]
+  meant = answer if _correct(row["id"], seed) else wrong[seed % len(wrong)]
+  rng = np.random.default_rng(int(hashlib.sha256(row["id"].encode()).hexdigest()[:8], 16)
+                              + seed)
+  return official_scorers.chatty_replies(rng, meant, LETTERS[:options])
+
+
 def _run(module: str, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
   return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, capture_output=True,
                         text=True, timeout=timeout, check=False)
@@ -94,7 +107,7 @@ def _user_text(body) -> str:
       body["messages"][-1]["content"], list) else body["messages"][-1]["content"]
 
 
-def test_no_tools_reproduces_scripted_accuracy(built, tmp_path):
+def test_no_tools_scores_chatty_replies_as_mindcube_does(built, tmp_path):
   data, rows, _ = built
   by_text = collections.defaultdict(list)
   for row in rows:
@@ -110,12 +123,7 @@ def test_no_tools_reproduces_scripted_accuracy(built, tmp_path):
               key=lambda r: sum(np.abs(_colour(i) - c).sum() for i, c in zip(r["images"],
                                                                              shown)))
     assert all(np.abs(_colour(i) - c).max() <= 8 for i, c in zip(row["images"], shown))
-    answer, seed = row["gt_answer"], body["seed"]
-    if _correct(row["id"], seed):
-      return f" {answer}"
-    options = max(k + 1 for k, c in enumerate(LETTERS) if f" {c}. " in row["question"])
-    wrong = [c for c in LETTERS[:options] if c != answer]
-    return wrong[seed % len(wrong)]
+    return _chatty(row, body["seed"])
 
   out = tmp_path / "out"
   with ChatServer() as server:
@@ -129,10 +137,14 @@ def test_no_tools_reproduces_scripted_accuracy(built, tmp_path):
   assert {r["body"]["messages"][0]["content"] for r in requests} == {
       benchmark_run.LETTER_PROMPT}
 
+  # Scored as MindCube's official extractor reads each chatty reply (not as it was meant).
+  official = {(row["id"], seed): official_scorers.mindcube_correct(_chatty(row, seed),
+                                                                   row["gt_answer"])
+              for row in rows for seed in range(SEEDS)}
   per_category = collections.defaultdict(lambda: collections.defaultdict(list))
   for row in rows:
     for seed in range(SEEDS):
-      per_category[row["id"].split("_")[0]][seed].append(float(_correct(row["id"], seed)))
+      per_category[row["id"].split("_")[0]][seed].append(float(official[row["id"], seed]))
   results = json.loads((out / "results.json").read_text())
   assert list(results["categories"]) == ["rotation", "around", "among"]
   for category, seeds in per_category.items():
@@ -141,8 +153,10 @@ def test_no_tools_reproduces_scripted_accuracy(built, tmp_path):
     assert entry["n"] == COUNTS[category]
     assert entry["accuracy"] == pytest.approx(np.mean(values), abs=1e-12)
     assert entry["std"] == pytest.approx(np.std(values, ddof=1), abs=1e-12)
-  overall = [np.mean([_correct(r["id"], s) for r in rows]) for s in range(SEEDS)]
+  overall = [np.mean([official[r["id"], s] for r in rows]) for s in range(SEEDS)]
   assert results["overall"]["accuracy"] == pytest.approx(np.mean(overall), abs=1e-12)
+  meant = np.mean([_correct(r["id"], s) for r in rows for s in range(SEEDS)])
+  assert abs(np.mean(overall) - meant) > 0.01  # some chatty forms read as another letter
   predictions = (out / "predictions.jsonl").read_text().splitlines()
   assert len(predictions) == len(rows) * SEEDS
   page = (out / "episodes.html").read_text()
