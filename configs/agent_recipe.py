@@ -81,7 +81,10 @@ def base(name: str, agent: str, variant: str) -> ml_collections.ConfigDict:
               optimizer=dict(learning_rate=1e-6, warmup_ratio=0.0, clip_norm=1.0,
                              weight_decay=0.0, decay="cosine", final_fraction=0.1,
                              weight_decay_mask="all"))
-  c.eval = dict(batch=64, tasks=1024)
+  # eval.max_turns: the turns of a benchmark evaluation's episodes (`launch.eval
+  # --benchmark`), 0 = rollout.max_turns (Think3D: the paper's K = 3 views at evaluation,
+  # the public RL script's 2 in training).
+  c.eval = dict(batch=64, tasks=1024, max_turns=0)
   c.checkpoint = dict(every=50, keep=3)
   c.log_every = 10
   c.snapshot_every = 100
@@ -103,7 +106,7 @@ def shrink_for_cpu(c) -> ml_collections.ConfigDict:
     c.sft.optimizer.update(learning_rate=3e-3, warmup_ratio=0.1)
     c.rl.update(steps=10, prompts=2)
     c.rl.optimizer.update(learning_rate=2e-4, warmup_ratio=0.1)
-    c.eval.update(batch=16, tasks=32)
+    c.eval.update(batch=16, tasks=32, max_turns=0)
     c.checkpoint.update(every=10, keep=2)
     c.log_every = 5
     c.snapshot_every = 5

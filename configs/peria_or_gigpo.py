@@ -78,7 +78,9 @@ def get_config(variant: str = "reference"):
                      kl_estimator="k3", aggregation="token-mean")
   c.advantage = dict(estimator="or_gigpo", ddof=1, eps=1e-6, group_size=4, gamma=0.99,
                      omega=1.0, delta=0.9)
-  c.rollout.update(max_turns=11, temperature=1.0)
+  # PEDIA's action budget: 4,096 tokens per reply (its 32,768-token response cap over the
+  # episode is not enforced: the static cache holds every turn's budget).
+  c.rollout.update(max_turns=11, temperature=1.0, max_turn_tokens=4096)
   c.agent.max_images = 11  # image 0 and one per tool call
   c.sft.update(steps=500, batch=32)
   c.sft.optimizer.learning_rate = 1e-5

@@ -28,8 +28,11 @@ checkpoint or the prepared data stops before loading anything, naming each missi
 and the command that makes it.
 
 Published setting (paper section 3.4 and appendix A; the public ms-swift script where the
-paper is silent): GRPO, 8 rollouts per prompt, `max_turns 3` (two views, then the answer),
-one epoch of the 977 MindCube prompts (steps = tasks / prompts), lr 1e-6 with 5% warm-up,
+paper is silent): GRPO, 8 rollouts per prompt, `max_turns 3` (two views, then the answer)
+in training and K = 3 views at evaluation (`eval.max_turns` 4), 4 prompts x 8 completions
+per step (the script's per-device batch 1 x 4 accumulation steps x 8 GPUs; the later head
+script's 24 x 8: `rl.prompts`), one epoch of the 977 MindCube prompts (steps = tasks /
+prompts), lr 1e-6 with 5% warm-up,
 KL beta 0.001, temperature 0.6 with repetition penalty 1.1, grad-norm clip 0.5, vision
 tower frozen (LLM fully trained), accuracy 1.0 + format 1.0 rewards, no SFT. The first
 prompt holds the task's input views (up to 8); views are anchored on an input camera,
@@ -47,8 +50,8 @@ reproduced here: the public code's per-turn message replacement (each continuati
 re-sends the question, the last reply and the images; we keep one growing conversation)
 and its long continuation texts (ours are short, stage-aware templates).
 `agent.views="preset"` restricts angles to the paper-era RL prompt's (-45, 0), (45, 0),
-(0, 60). Cost: 8 x H200 for one epoch of the 977 prompts in the paper (61 GRPO steps of
-16 prompts x 8 rollouts here; its wall time is not published: unknown).
+(0, 60). Cost: 8 x H200 for one epoch of the 977 prompts in the paper (245 GRPO steps of
+4 prompts x 8 rollouts here; its wall time is not published: unknown).
 
 `cpu`: a tiny random Qwen3-VL policy (0.2M parameters, two DeepStack blocks) on
 synthetic_spatial/tiny (built on first
@@ -71,7 +74,9 @@ def get_config(variant: str = "reference"):
   c.rollout.update(max_turns=3, temperature=0.6, repetition_penalty=1.1)
   # ms-swift is a Hugging Face Trainer: its cosine schedule decays to 0, and weight decay
   # skips biases and norms.
-  c.rl.update(steps=-1, data_epochs=1.0, prompts=16)
+  # The public script's completions per step: 1 x 4 accumulation x 8 GPUs = 4 prompts x 8.
+  c.rl.update(steps=-1, data_epochs=1.0, prompts=4)
+  c.eval.max_turns = 4  # evaluation: K = 3 rendered views, then the answer (paper 3.1)
   c.rl.optimizer.update(learning_rate=1e-6, warmup_ratio=0.05, clip_norm=0.5, decay="cosine",
                         final_fraction=0.0, weight_decay_mask="transformers")
   if variant == "reference":  # MindCube's train questions with Think3D's caches

@@ -85,7 +85,8 @@ def _benchmark() -> dict:
   # pylint: disable=import-outside-toplevel
   from jaxspatial.perception.judge import ChatEndpoint
   from jaxspatial.perception.judges import make_judge
-  from recipes.benchmark_backends import EndpointBackend, PolicyBackend, benchmark_agent
+  from recipes.benchmark_backends import (EndpointBackend, PolicyBackend, benchmark_agent,
+                                          evaluation_rollout)
   from recipes.benchmark_run import run_benchmark
   if not _OUT.value:
     raise app.UsageError("--benchmark needs --out DIR")
@@ -110,7 +111,7 @@ def _benchmark() -> dict:
                                            max_requests=_MAX_REQUESTS.value),
                               temperature=_TEMPERATURE.value)
   else:
-    rollout = dict(config.get("rollout", {})) if config is not None else {}
+    rollout = evaluation_rollout(config) if config is not None else {}
     backend = PolicyBackend(_CHECKPOINT.value, temperature=_TEMPERATURE.value,
                             rollout=rollout)
   agent = None if config is None else benchmark_agent(config, backend)

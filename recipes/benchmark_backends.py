@@ -270,8 +270,20 @@ class SpatialClawAgent:
                     requests=r.requests, error=r.error) for r in results]
 
 
+def evaluation_turns(config) -> int:
+  """The turns of a benchmark evaluation's episodes: `eval.max_turns` (Think3D: K = 3 views
+  then the answer), else the training rollout's."""
+  return int(config.get("eval", {}).get("max_turns", 0) or config.rollout.max_turns)
+
+
+def evaluation_rollout(config) -> dict:
+  """The config's rollout settings for a policy backend's benchmark episodes."""
+  rollout = dict(config.get("rollout", {}))
+  return {**rollout, "max_turns": evaluation_turns(config)} if rollout else rollout
+
+
 def benchmark_agent(config, backend):
-  """The tool agent of a paper config (its `agent`, `rollout.max_turns`, `reward` blocks)
+  """The tool agent of a paper config (its `agent`, `evaluation_turns`, `reward` blocks)
   with the config's online reconstruction (Think3D on benchmarks without clouds: VSI-Bench's
   sampled frames) and perception tools (PERIA; they need a policy's tokenizer, so a policy
   backend). SpatialClaw's config (agent.name "spatialclaw") gives a `SpatialClawAgent`."""
@@ -280,8 +292,7 @@ def benchmark_agent(config, backend):
     return SpatialClawAgent.from_config(config)
   from jaxspatial.rollout.registry import make_agent
   from recipes.agents import make_perception, make_reconstruction
-  agent = make_agent(config.agent, config.rollout.max_turns,
-                     config.reward.get("weights", {}))
+  agent = make_agent(config.agent, evaluation_turns(config), config.reward.get("weights", {}))
   reconstruction = make_reconstruction(config, agent.name)
   if reconstruction is not None:
     agent = agent.with_reconstruction(reconstruction)
