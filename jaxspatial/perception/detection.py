@@ -9,8 +9,12 @@ labels separated by periods; a query's score is its highest token probability; q
 above the box threshold (0.25) are kept, then class-agnostic NMS drops boxes overlapping a
 better one with IoU > 0.8 (torchvision.ops.nms' rule), then the best 20 are listed. A
 detection's label: the requested label whose tokens reach the highest probability, if any
-token passes the text threshold (0.25). The model reads the labels lower-cased and joined
-as "a. b." (GroundingDINO's documented caption form; PERIA passes the question as written).
+token passes the text threshold (0.25). The model reads the labels as written (PERIA
+passes the question's casing through) joined as "a. b." (GroundingDINO's documented
+caption form); `DetectionConfig.lowercase_prompt` lower-cases them first, as
+GroundingDINO's own inference helper (`preprocess_caption`) does. An uncased text encoder
+(bert-base-uncased, the released checkpoints') lower-cases anyway, so the option matters
+for cased tokenizers.
 
 The tool returns "Tool executed successfully.\\nResult: " + JSON {"image_size": [H, W],
 "detections": [{"bbox_xyxy", "score", "label"}], "num_detections": n, "not_found": [...]}
@@ -49,6 +53,7 @@ class DetectionConfig:
   nms_iou: float = 0.8          # NMS_THRESHOLD
   max_detections: int = 20      # MAX_DETECTIONS; K of the padded form
   peria_format: bool = False
+  lowercase_prompt: bool = False  # PERIA passes the labels' casing through
 
   def __post_init__(self):
     for name in ("box_threshold", "text_threshold", "nms_iou"):
@@ -78,10 +83,20 @@ def parse_labels(question, name: str = "question") -> list[str]:
   return labels
 
 
-def caption(labels: Sequence[str]) -> str:
-  """GroundingDINO's caption for labels: lower-cased (which also keeps a label from spelling
-  the tokenizer's "[SEP]" or "[CLS]", matched case-sensitively), each ended by a period."""
-  return " ".join(f"{label.lower()}." for label in labels)
+def caption(labels: Sequence[str], lowercase: bool = False,
+            special_tokens: Sequence[str] = ()) -> str:
+  """GroundingDINO's caption for labels: each ended by a period, as written or
+  `lowercase`d. A label spelling one of the tokenizer's `special_tokens` ("[SEP]",
+  "[CLS]": matched case-sensitively, they would split the labels' token spans) has that
+  spelling lower-cased either way."""
+  def written(label: str) -> str:
+    if lowercase:
+      return label.lower()
+    for token in special_tokens:
+      if token != token.lower() and token in label:
+        label = label.replace(token, token.lower())
+    return label
+  return " ".join(f"{written(label)}." for label in labels)
 
 
 def box_iou(a_Nx4: np.ndarray, b_Mx4: np.ndarray) -> np.ndarray:
@@ -142,6 +157,9 @@ class GroundingDinoBackend:
     self.separators = {i for i in (tokenizer.cls_token_id, tokenizer.sep_token_id,
                                    tokenizer.pad_token_id) if i is not None}
     self.separators.add(tokenizer.convert_tokens_to_ids("."))
+    # Longest first, so a token containing another is lower-cased whole.
+    self.special_tokens = tuple(sorted(getattr(tokenizer, "all_special_tokens", ()),
+                                       key=len, reverse=True))
 
   @classmethod
   def from_pretrained(cls, folder, device: str = "cpu", dtype="float32",
@@ -178,7 +196,8 @@ class GroundingDinoBackend:
     if len(labels) != images.shape[0]:
       raise ValueError(f"GroundingDinoBackend.forward: {len(labels)} label lists for "
                        f"{images.shape[0]} images")
-    inputs = self.processor(images=list(images), text=[caption(ls) for ls in labels],
+    captions = [caption(ls, self.config.lowercase_prompt, self.special_tokens) for ls in labels]
+    inputs = self.processor(images=list(images), text=captions,
                             return_tensors="pt", padding=True, truncation=True,
                             max_length=self.max_text_len, input_data_format="channels_last")
     dtype = next(self.model.parameters()).dtype

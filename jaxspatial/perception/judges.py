@@ -12,8 +12,9 @@
 
 Both kinds are `judge(questions, predictions, references) -> bool [B]` on -1-padded byte
 ids. The preset fixes the prompt and the sampling (the papers'): Act3D trains with a judge
-at temperature 0.1 and 64 tokens and evaluates with one at 0 and 4; PERIA's fallback judge
-is greedy with 16.
+at temperature 0.1 and 64 tokens ("act3d" prompt) and evaluates with one at 0 and 4 and
+its shorter prompt that accepts terse answer fragments ("act3d_eval"; `prompt="act3d"`
+evaluates with the training prompt); PERIA's fallback judge is greedy with 16.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any, Mapping
 
 PRESETS = {  # prompt, temperature, max_tokens
     "act3d_training": ("act3d", 0.1, 64),
-    "act3d_eval": ("act3d", 0.0, 4),
+    "act3d_eval": ("act3d_eval", 0.0, 4),
     "peria": ("peria", 0.0, 16),
 }
 
@@ -59,15 +60,17 @@ def make_endpoint(block: Mapping | Any):
                             max_requests=_field(block, "max_requests", 0) or None)
 
 
-def make_judge(block: Mapping | Any, preset: str, endpoint=None):
+def make_judge(block: Mapping | Any, preset: str, endpoint=None, prompt: str | None = None):
   """The judge of a config block (`url` / `model` / `api_key_env` / `timeout_s` /
   `retries` / `concurrency` / `max_requests` for an endpoint; `checkpoint` (and optional
   `dtype`, `param_dtype`, `cache_dtype`) for a policy) with a `PRESETS` setting; None for
   the rule judge. `endpoint`: one `make_endpoint(block)` several judges share (one
-  connection pool, one request budget)."""
+  connection pool, one request budget). `prompt`: a `judge.PROMPTS` name in place of the
+  preset's (e.g. "act3d" to evaluate with the training prompt)."""
   if preset not in PRESETS:
     raise ValueError(f"make_judge: unknown preset {preset!r}; known: {sorted(PRESETS)}")
-  prompt, temperature, max_tokens = PRESETS[preset]
+  preset_prompt, temperature, max_tokens = PRESETS[preset]
+  prompt = prompt or preset_prompt
   url, checkpoint = _field(block, "url", ""), _field(block, "checkpoint", "")
   if url and checkpoint:
     raise ValueError(f"judge: both url {url!r} and checkpoint {checkpoint!r} are set; a judge "

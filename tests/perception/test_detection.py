@@ -198,7 +198,8 @@ def test_labels_come_from_the_questions_token_spans(backend, image):
   question = "Red car. cat. dog"
   labels = det.parse_labels(question)
   assert labels == ["Red car", "cat", "dog"]
-  assert det.caption(labels) == "red car. cat. dog."
+  assert det.caption(labels) == "Red car. cat. dog."  # as written, as PERIA passes it
+  assert det.caption(labels, lowercase=True) == "red car. cat. dog."
   raw = backend.forward(image[None], [labels])
   for text_threshold in (0.25, 0.6):
     config = det.DetectionConfig(text_threshold=text_threshold)
@@ -213,6 +214,18 @@ def test_labels_come_from_the_questions_token_spans(backend, image):
     padded = backend.with_config(config).detect_padded(image[None], question)
     np.testing.assert_array_equal(padded["label_ids"][0, :len(expected)], expected)
   assert -1 in expected  # at 0.6 some detections have no label
+
+
+def test_the_prompt_goes_as_written_unless_lowercase_prompt_is_set(backend, image):
+  labels = det.parse_labels("Red CAR. [SEP] cat")
+  written = backend.forward(image[None], [labels])
+  lowered = backend.with_config(det.DetectionConfig(lowercase_prompt=True)).forward(
+      image[None], [labels])
+  # The test's tokenizer is uncased, as the released checkpoints' BERT: the same tokens, and
+  # a label spelling "[SEP]" is read as text either way, not as a separator.
+  np.testing.assert_array_equal(written["input_ids"], lowered["input_ids"])
+  assert written["spans"] == lowered["spans"] and None not in written["spans"][0]
+  assert len(written["spans"][0]) == 2
 
 
 def test_detect_padded_pads_and_agrees_with_the_tool(backend, image):

@@ -72,7 +72,7 @@ def test_verdicts_for_matching_nonmatching_and_empty_predictions(server):
                    for q, p, r in sorted(zip(questions[:2], predictions, references))]
   stats = judge.stats()
   assert stats["rows"] == 4 and stats["requests"] == 2 and stats["no_request"] == 2
-  assert stats["correct"] == 1 and stats["unclear"] == 0
+  assert stats["correct"] == 1 and stats["incorrect"] == 1 and stats["unreadable"] == 0
   endpoint = stats["endpoint"]
   assert endpoint["calls"] == 2 and endpoint["attempts"] == 2 and endpoint["sent"] == 2
   assert endpoint["usage"]["completion_tokens"] == 2 and endpoint["usage"]["prompt_tokens"] > 50
@@ -205,12 +205,12 @@ def test_hostile_replies_fail_with_named_errors(server):
   with pytest.raises(JudgeError, match=r"no complete response within 0\.3 s \(3 attempt\(s\)\)"):
     ask()
   assert time.monotonic() - start < 2.5  # three 0.3 s attempts, not three 1 s replies
-  # A reply with neither word is a False verdict, counted as unclear.
+  # A reply with neither word is a False verdict, counted as unreadable.
   server.delay_s = 0.0
   server.reply_body = b'{"choices": [{"message": {"content": "Maybe"}}]}'
   judge = act3d_eval_judge(endpoint)
   assert judge.judge_texts(["q?"], ["red"], [["red"]]) == [False]
-  assert judge.stats()["unclear"] == 1
+  assert judge.stats()["unreadable"] == 1
 
 
 def test_the_request_budget(server):
@@ -263,7 +263,8 @@ def test_the_api_key_comes_from_the_environment(server, monkeypatch):
 
 
 def test_settings_are_checked():
-  with pytest.raises(ValueError, match=r"unknown prompt 'scanqa'; known: \['act3d', 'peria'\]"):
+  with pytest.raises(ValueError, match=r"unknown prompt 'scanqa'; known: \['act3d', "
+                     r"'act3d_eval', 'peria'\]"):
     LLMJudge(ChatEndpoint("http://127.0.0.1:1/v1", "m"), "scanqa")
   with pytest.raises(ValueError, match=r"expected timeout_s > 0, retries >= 0, concurrency "
                      r">= 1"):
