@@ -287,6 +287,8 @@ def run_benchmark(benchmark: str, data_dir, out_dir, backend, *, agent=None,
          "agent": getattr(agent, "name", None), "settings": list(settings),
          "seeds": [int(s) for s in seeds], "questions": len(questions),
          "judge": None if judge is None else type(judge).__name__,
+         # Verdict counts (unreadable ones score 0 like incorrect: reported apart).
+         "judge_stats": judge.stats() if hasattr(judge, "stats") else None,
          "scoring": {"letter_rule": spec.letter_rule, "number_rule": spec.number_rule,
                      "inclusive": spec.inclusive, "extract": spec.extract},
          "seconds": round(time.perf_counter() - start, 3)}

@@ -326,6 +326,8 @@ def test_scanqa_act3d_episodes_judged(tmp_path):
     judged = len(judge_server.requests)
   assert done.returncode == 0, done.stderr[-3000:]
   assert judged == 2 * len(rows)  # every answer of both settings went to the judge
+  stats = json.loads((out / "run.json").read_text())["judge_stats"]
+  assert stats["unreadable"] == 0 and stats["correct"] + stats["incorrect"] == judged
   results = json.loads((out / "results.json").read_text())
   assert results["settings"]["no_tools"]["overall"]["accuracy"] == pytest.approx(1.0)
   assert results["settings"]["tools"]["overall"]["accuracy"] == pytest.approx(
