@@ -7,6 +7,7 @@ prepared benchmark with the papers' protocols.
     python -m launch.eval --benchmark NAME --data-dir DIR
         (--checkpoint HF_FOLDER | --endpoint URL --model NAME)
         [--agent think3d|act3d|peria|spatialclaw|none] [--seeds 3] [--limit N] --out DIR
+        [--letter_rule mindcube|thinker3d|think3d|vsibench|blink|letter]
 
 The first form: the demo: the test split, the policy and the same policy answering from the
 first view; the agent recipes: greedy accuracy per question family on `--split` (default:
@@ -20,7 +21,9 @@ episodes (the agent block of its paper's config, or of `--config`), once per see
 configs/spatialclaw.py, host-loop episodes in a sandboxed kernel per question, sampled at its
 config's temperature, 0.6); writes
 OUT/results.json, results.md (the paper's layout), predictions.jsonl, episodes.html and
-run.json. An endpoint's key is read from the environment variable `--api_key_env` names.
+run.json. Answers are scored as each benchmark's official evaluation code reads them;
+`--letter_rule` / `--extract` pick a named option (a paper's own script, the strict letter).
+An endpoint's key is read from the environment variable `--api_key_env` names.
 `--judge_endpoint URL --judge_model NAME`: open answers (ScanQA, SQA3D) scored by an LLM
 judge's verdict (Act3D's evaluation judge: temperature 0, 4 tokens). Think3D on a benchmark
 built without clouds: `--config.reconstruction.backend=pi3
