@@ -199,19 +199,37 @@ class PolicyBackend:
 
 class SpatialClawAgent:
   """SpatialClaw on a benchmark's tasks (configs/spatialclaw.py): `episodes` runs one loop
-  episode per question (its input views as the frames; Metadata: frame count and size,
-  question, options, answer format) and returns them as `Episode`s: the prediction is
-  the accepted ReturnAnswer value as text, the views the images the model saw, the turns
-  the plan, each reply and each feedback."""
+  episode per question (its input views as the frames, a video's when the question's
+  source is a video file; Metadata: frame count and size, question, options, answer
+  format) and returns them as `Episode`s: the prediction is the accepted ReturnAnswer value
+  as text, the views the images the model saw, the turns the plan, each reply and each
+  feedback.
+
+  reconstruction: {"backend": "da3" | "pi3" | "vggt" (a ModelGeometry from `checkpoint`,
+  its folder checked here: a missing one stops the run at once) | "stored" (or ""; the
+  benchmark's stored clouds) | "none", "checkpoint", "device", "pi3_pixels"}."""
 
   name = "spatialclaw"
   host_loop = True  # run_benchmark calls `episodes(backend, tasks, questions, seed, spec)`
+  video_suffixes = (".mp4", ".avi", ".mov", ".mkv", ".webm")
+  video_benchmarks = ("vsibench", "vsibench_tiny")  # frames sampled from a video
 
   def __init__(self, loop, reconstruction: dict | None = None, sam3: str = "",
                device: str = "cpu"):
+    # pylint: disable-next=import-outside-toplevel
+    from jaxspatial.agents.tools import PI3_PIXELS, ModelGeometry
     self.loop = loop
     self.reconstruction = dict(reconstruction or {})
     self.sam3, self.device = sam3, device
+    backend = self.reconstruction.get("backend") or "stored"
+    self.model_geometry = None
+    if backend not in ("stored", "none"):
+      block = self.reconstruction
+      pixels = block.get("pi3_pixels", PI3_PIXELS)
+      self.model_geometry = ModelGeometry(backend, block.get("checkpoint") or None,
+                                          block.get("device", "cpu"),
+                                          pi3_pixels=int(pixels) if pixels else None)
+    self.geometry_source = "model" if self.model_geometry is not None else backend
 
   @classmethod
   def from_config(cls, config) -> "SpatialClawAgent":
@@ -224,19 +242,18 @@ class SpatialClawAgent:
                         **dict(config.get("tools", {})))
     loop = LoopConfig(kernel_limits=Limits(**dict(config.get("kernel", {}))),
                       tool_limits=limits, **settings)
-    block = config.get("reconstruction") or {}
-    reconstruction = dict(block) if block and block.get("backend") else None
+    reconstruction = dict(config.get("reconstruction") or {})
     perception = config.get("perception") or {}
     sam3 = (perception.get("models") or {}).get("sam3", "") or ""
     return cls(loop, reconstruction, sam3, perception.get("device", "cpu"))
 
   def _geometry(self, tasks, row: int, views: int):
     # pylint: disable=import-outside-toplevel
-    from jaxspatial.agents.tools import CloudGeometry, ModelGeometry
-    if self.reconstruction:
-      block = self.reconstruction
-      return ModelGeometry(block["backend"], block.get("checkpoint") or None,
-                           block.get("device", "cpu"))
+    from jaxspatial.agents.tools import CloudGeometry
+    if self.model_geometry is not None:
+      return self.model_geometry
+    if self.geometry_source == "none":
+      return None
     cloud = jax.tree.map(lambda x: np.asarray(x)[row], tasks.cloud)
     if not np.asarray(cloud.valid).any():
       return None
@@ -253,8 +270,10 @@ class SpatialClawAgent:
     for row, question in enumerate(questions):
       frames = np.ascontiguousarray(question_views(tasks, row), np.uint8)
       kind = "number" if spec is not None and spec.metric(question) == "mra" else "text"
+      video = (getattr(question, "benchmark", "") in self.video_benchmarks
+               or any(str(p).lower().endswith(self.video_suffixes) for p in question.images))
       out.append(EpisodeInput(frames, question.question, tuple(question.options), kind,
-                              question_id=question.question_id,
+                              question_id=question.question_id, video=video,
                               geometry=self._geometry(tasks, row, len(frames)),
                               segmenter=segmenter))
     return out

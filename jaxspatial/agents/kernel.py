@@ -229,7 +229,9 @@ class Kernel:
   Args:
     frames: the episode's input images (HxWx3 uint8), visible as `InputImages`.
     metadata: JSON-able frame / sample metadata, visible as `Metadata`.
-    tools: host functions by name, visible as `tools.<name>(...)`: arguments and results
+    tools: host functions by name, visible as `tools.<name>(...)`, a dotted name as nested
+      attributes (`SAM3.video`: tools.SAM3.video) and one under a top-level namespace
+      (kernel_main.TOP_LEVEL: `vlm.locate`) as `vlm.locate(...)`: arguments and results
       are JSON values and bool / numeric numpy arrays (nested in lists / dicts).
     limits: see Limits and the module docstring.
     sandbox: False runs the kernel as a plain child process without bubblewrap, a uid,
@@ -249,9 +251,13 @@ class Kernel:
     self._tools = dict(tools)
     docs = {}
     for name, fn in self._tools.items():
-      if not (isinstance(name, str) and name.isidentifier() and not name.startswith("_")
-              and not keyword.iskeyword(name) and name != "ToolError"):
-        raise ValueError(f"tool name {name!r} is not a public identifier (or is ToolError)")
+      parts = name.split(".") if isinstance(name, str) else [None]
+      if not all(isinstance(part, str) and part.isidentifier() and not part.startswith("_")
+                 and not keyword.iskeyword(part) and part != "ToolError" for part in parts):
+        raise ValueError(f"tool name {name!r} is not a dotted public identifier (or holds "
+                         "ToolError)")
+      if name in wire.TOP_LEVEL:
+        raise ValueError(f"tool name {name!r} is a namespace; name its tools {name}.<name>")
       if not callable(fn):
         raise TypeError(f"tool {name!r} is not callable")
       docs[name] = (inspect.getdoc(fn) or "")[:TOOL_DOC_MAX_CHARS]
@@ -491,7 +497,7 @@ class Kernel:
       self._state.stop()
     seconds = time.monotonic() - start
     reason += (" The kernel was restarted: variables from earlier cells are lost; "
-               "InputImages, Metadata, tools, show and ReturnAnswer are loaded again.")
+               "InputImages, Metadata, tools, vlm, show and ReturnAnswer are loaded again.")
     self._start()
     return CellResult(status=status, stdout="", stderr="".join(f"{n}\n" for n in notes),
                       error=reason, failing_line=None, images=images, variables=[],
@@ -541,7 +547,8 @@ class Kernel:
       data = wire.encode_value(value, out_arrays)
     except Exception as error:  # pylint: disable=broad-except
       self._send({"type": "tool_error", "error": _clip(
-          f"tools.{name} failed: {type(error).__name__}: {error}", 1000)}, deadline=deadline)
+          f"{wire.kernel_path(name)} failed: {type(error).__name__}: {error}", 1000)},
+                 deadline=deadline)
       return
     self._send({"type": "tool_result", "value": data}, out_arrays, deadline=deadline)
 

@@ -54,7 +54,11 @@ MAX_SUMMARIES = 60
 MAX_NOTES = 5
 LARGE_BYTES = 500_000_000
 PRELOADED = ("InputImages", "Metadata", "np", "numpy", "scipy", "math", "PIL", "tools",
-             "show", "ReturnAnswer")
+             "vlm", "show", "ReturnAnswer")
+# Host tools whose dotted name starts with one of these live at the top level of the
+# namespace (`vlm.locate`, as the paper names them); every other name lives under `tools`
+# (`Reconstruct` as tools.Reconstruct, `SAM3.video` as tools.SAM3.video).
+TOP_LEVEL = ("vlm",)
 BLOCKED_FRAMEWORKS = frozenset({"jax", "jaxlib", "flax", "optax", "torch", "torchvision",
                                 "tensorflow", "keras"})
 
@@ -95,7 +99,13 @@ FILE_CALLS = frozenset({"write", "writelines", "read", "readlines", "save", "sav
                         "savez_compressed", "savetxt", "tofile", "savefig", "to_csv",
                         "to_json", "to_parquet", "to_pickle", "write_text", "write_bytes"})
 _HINT = ("the kernel has no file, process or network access; use InputImages, Metadata, np, "
-         "scipy, math, PIL, tools, show and ReturnAnswer")
+         "scipy, math, PIL, tools, vlm, show and ReturnAnswer")
+
+
+def kernel_path(name: str) -> str:
+  """How the model's code reaches host tool `name`: "vlm.locate" as vlm.locate,
+  "SAM3.video" as tools.SAM3.video."""
+  return name if name.partition(".")[0] in TOP_LEVEL else f"tools.{name}"
 
 
 def parse_cell(code: str) -> ast.Module:
@@ -600,11 +610,13 @@ class Kernel:
     ns["scipy"] = self.scipy
     ns["math"] = math
     ns["PIL"] = self.PIL
-    ns["tools"] = self.make_tools()
+    ns.update(self.make_tools())
     ns["show"] = self.make_show()
     ns["ReturnAnswer"] = self.make_answer()
 
   def make_tools(self):
+    """The `tools` and `vlm` namespaces (kernel_path): each dotted tool name a proxy; a
+    name that is also a prefix of others (SAM3, SAM3.video) is callable and holds them."""
     kernel = self
 
     def proxy(name, doc):
@@ -614,29 +626,48 @@ class Kernel:
           msg = {"type": "tool", "name": name, "args": encode_value(list(args), arrays),
                  "kwargs": encode_value(dict(kwargs), arrays)}
         except (TypeError, ValueError) as error:
-          raise TypeError(f"tools.{name}: {error}") from None
+          raise TypeError(f"{kernel_path(name)}: {error}") from None
         kernel.send(msg, arrays)
         reply, reply_arrays = read_message(kernel.inbox)
         if reply.get("type") == "tool_error":
-          raise ToolError(reply.get("error", f"tools.{name} failed"))
+          raise ToolError(reply.get("error", f"{kernel_path(name)} failed"))
         return decode_value(reply.get("value"), reply_arrays)
-      call.__name__ = call.__qualname__ = name
+      call.__name__ = call.__qualname__ = name.rpartition(".")[2]
       call.__doc__ = doc
       return call
 
-    class Tools:
-      """The host tools; each call runs on the host, arrays in and out."""
-      __slots__ = ()
+    trees = {"tools": {}, **{root: {} for root in TOP_LEVEL}}
+    for name in sorted(self.tool_docs):
+      parts = name.split(".")
+      root = parts[0] if parts[0] in TOP_LEVEL else "tools"
+      node = trees[root]
+      for part in (parts[1:] if root != "tools" else parts):
+        node = node.setdefault(part, {})
+      node[""] = name  # the tool this node calls
 
-      def __repr__(self):
-        return f"tools({', '.join(sorted(kernel.tool_docs))})"
+    def namespace(label, node, top):
+      names = sorted(k for k in node if k)
+      attrs = {}
+      for key in names:
+        child = node[key]
+        if set(child) == {""}:
+          attrs[key] = staticmethod(proxy(child[""], kernel.tool_docs[child[""]]))
+        else:
+          attrs[key] = namespace(f"{label}.{key}", child, False)
+      if "" in node:
+        attrs["__call__"] = staticmethod(proxy(node[""], kernel.tool_docs[node[""]]))
+        attrs["__doc__"] = kernel.tool_docs[node[""]]
+      else:
+        attrs["__doc__"] = ("The host tools; each call runs on the host, arrays in and out."
+                            if top else f"The {label} tools.")
+      if top:
+        attrs["ToolError"] = ToolError
+      attrs["__repr__"] = lambda self: f"{label}({', '.join(names)})"
+      attrs["__dir__"] = lambda self: list(names)
+      attrs["__slots__"] = ()
+      return type("Tools" if top else "ToolGroup", (), attrs)()
 
-      def __dir__(self):
-        return sorted(kernel.tool_docs)
-
-    attrs = {name: staticmethod(proxy(name, doc)) for name, doc in self.tool_docs.items()}
-    attrs["ToolError"] = ToolError
-    return type("Tools", (Tools,), dict(attrs, __slots__=()))()
+    return {root: namespace(root, tree, True) for root, tree in trees.items()}
 
   def make_show(self):
     kernel = self

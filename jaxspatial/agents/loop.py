@@ -12,10 +12,11 @@ followed by a feedback turn, until an answer is accepted or the step limit.
    A failed planning request or an unreadable plan is not fatal (`plan_error`), and
    planning does not count as a step.
 2. Step: the model writes Purpose / Reasoning / Next Goal / Code (schema.parse_step; in the
-   structured mode one JSON call, schema.parse_structured, translated to code). A reply
+   react mode one JSON call, schema.parse_structured, translated to code). A reply
    that does not parse is a failed step: the parser's message is its feedback.
 3. The cell runs in the episode's own kernel (`kernel.Kernel`: the frames as
-   InputImages, Metadata, the host tools of tools.EpisodeTools as `tools.<Name>`).
+   InputImages, Metadata, the host tools of tools.EpisodeTools as `tools.<Name>` and
+   `vlm.<name>`).
 4. Feedback (feedback.feedback_text) is the next user turn, with the images the cell
    showed attached after its text (resized to `image_long_edge`, at most
    `max_images_per_step`).
@@ -30,9 +31,14 @@ raised, marked); an unparseable reply is cut to its start (2,000 characters) at 
 When the images in the history pass `max_context_images`, the oldest shown images (never
 the frames of the first turn) are replaced by their labels.
 
-Modes (`MODES`, the paper's ablations): full; structured (one named call per step);
+Frames shown (`frames_shown`, 32; the kernel holds every frame): a video's frames
+(`EpisodeInput.video`) sampled uniformly, separate images the first 32, as the paper
+(`frame_selection="paper"`); `frame_selection="uniform"` spreads any input evenly.
+
+Modes (`MODES`, the paper's ablations): full; react (the paper's structured-invocation
+executor: one named call per step, translated to code; "structured" is its old name);
 single_pass (one step, no planning); no_utilities (Project / Annotate / MaskStats off);
-no_perception (Reconstruct, render, Segment, OCR off); no_tools (no host tools: NumPy /
+no_perception (Reconstruct, render, SAM3, OCR off); no_tools (no host tools: NumPy /
 SciPy on the frames); blind (no frame shown to the model, and the images its code shows
 are listed but not attached; the kernel still holds every frame); reflection (every
 `reflection_every` steps the model reviews its progress in a reply without code, which
@@ -54,8 +60,10 @@ from jaxspatial.agents import prompts
 from jaxspatial.agents import schema
 from jaxspatial.agents.tools import GROUPS, EpisodeTools, ToolLimits, resize_long_edge
 
-MODES = ("full", "structured", "single_pass", "no_utilities", "no_perception", "no_tools",
-         "blind", "reflection")
+MODES = ("full", "react", "structured", "single_pass", "no_utilities", "no_perception",
+         "no_tools", "blind", "reflection")
+MODE_ALIASES = {"structured": "react"}   # an older name of the same mode
+FRAME_SELECTIONS = ("paper", "uniform")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,6 +74,8 @@ class LoopConfig:
   max_answer_attempts: int = 5
   image_long_edge: int = 768
   frames_shown: int = 32              # frames given to the model; 0 = blind
+  frame_selection: str = "paper"      # "paper": videos uniformly, images the first ones;
+                                      # "uniform": every input uniformly
   temperature: float = 0.6
   max_tokens: int = 8192              # per step reply
   plan_max_tokens: int = 8192
@@ -82,6 +92,9 @@ class LoopConfig:
   def __post_init__(self):
     if self.mode not in MODES:
       raise ValueError(f"LoopConfig.mode: expected one of {MODES}, got {self.mode!r}")
+    if self.frame_selection not in FRAME_SELECTIONS:
+      raise ValueError(f"LoopConfig.frame_selection: expected one of {FRAME_SELECTIONS}, "
+                       f"got {self.frame_selection!r}")
     for name in ("max_steps", "max_answer_attempts", "concurrency", "reflection_every",
                  "checklist_every", "max_tokens", "plan_max_tokens", "image_long_edge"):
       value = getattr(self, name)
@@ -100,19 +113,20 @@ class LoopConfig:
     out = {"planning": self.planning, "max_steps": self.max_steps, "structured": False,
            "groups": tuple(GROUPS), "frames_shown": self.frames_shown,
            "reflection": self.reflection, "attach": True}
-    if self.mode == "structured":
+    mode = MODE_ALIASES.get(self.mode, self.mode)
+    if mode == "react":
       out["structured"] = True
-    elif self.mode == "single_pass":
+    elif mode == "single_pass":
       out.update(planning=False, max_steps=1)
-    elif self.mode == "no_utilities":
+    elif mode == "no_utilities":
       out["groups"] = ("perception", "vlm")
-    elif self.mode == "no_perception":
+    elif mode == "no_perception":
       out["groups"] = ("vlm", "utilities")
-    elif self.mode == "no_tools":
+    elif mode == "no_tools":
       out["groups"] = ()
-    elif self.mode == "blind":
+    elif mode == "blind":
       out.update(frames_shown=0, attach=False)
-    elif self.mode == "reflection":
+    elif mode == "reflection":
       out["reflection"] = True
     return out
 
@@ -120,13 +134,16 @@ class LoopConfig:
 @dataclasses.dataclass
 class EpisodeInput:
   """One task: frames uint8 [N, H, W, 3], the question and its options; `kind` "letter"
-  (options given), "number" or "text"; geometry / segmenter / ocr for the host tools
-  (tools.DepthGeometry, ..., None); `metadata`: extra JSON-able Metadata entries."""
+  (options given), "number" or "text"; `video`: the frames are a video's, in time order
+  (which frames the model is shown: LoopConfig.frame_selection); geometry / segmenter /
+  ocr for the host tools (tools.DepthGeometry, ..., None); `metadata`: extra JSON-able
+  Metadata entries."""
   frames: np.ndarray
   question: str
   options: tuple = ()
   kind: str = "text"
   question_id: str = ""
+  video: bool = False
   geometry: Any = None
   segmenter: Any = None
   ocr: Any = None
@@ -173,6 +190,15 @@ def sample_frames(count: int, shown: int) -> list[int]:
   if count <= shown:
     return list(range(count))
   return sorted({int(round(x)) for x in np.linspace(0, count - 1, shown)})
+
+
+def frames_to_show(count: int, shown: int, video: bool, selection: str = "paper") -> list[int]:
+  """The frames the model is shown: with "paper" a video's `count` frames sampled
+  uniformly to `shown`, separate images cut to the first `shown`; with "uniform" any
+  input sampled uniformly."""
+  if selection == "paper" and not video:
+    return list(range(min(max(shown, 0), count)))
+  return sample_frames(count, shown)
 
 
 def _text_part(text: str) -> dict:
@@ -300,24 +326,30 @@ def run_episode(model, task: EpisodeInput, config: LoopConfig = LoopConfig(), *,
   requests = _Counter()
   result = EpisodeResult("", question_id=task.question_id)
 
-  def ask(question: str, images: list) -> str:
+  def ask(question: str, images: list, thinking: bool = False) -> str:
+    """A sub-question's reply as written (vlm.ask_with_thinking splits off the thinking)."""
     parts = [_image_part(image, "", False) for image in images] + [_text_part(question)]
+    system = prompts.SUB_QUERY_THINKING_SYSTEM if thinking else prompts.SUB_QUERY_SYSTEM
+    limits = config.tool_limits
     requests.add()
-    reply = model.chat([{"role": "system", "content": prompts.SUB_QUERY_SYSTEM},
+    reply = model.chat([{"role": "system", "content": system},
                         {"role": "user", "content": [_plain(p) for p in parts]}],
                        temperature=config.temperature,
-                       max_tokens=config.tool_limits.vlm_max_tokens)
-    return schema.strip_think(schema.cap(reply)).strip()
+                       max_tokens=limits.vlm_thinking_max_tokens if thinking
+                       else limits.vlm_max_tokens)
+    return schema.cap(reply).strip()
 
   tools = EpisodeTools(frames, geometry=task.geometry, segmenter=task.segmenter, ocr=task.ocr,
                        ask=ask if "vlm" in settings["groups"] else None,
                        groups=settings["groups"], limits=config.tool_limits)
   names = tools.names()
-  shown = sample_frames(len(frames), settings["frames_shown"])
+  shown = frames_to_show(len(frames), settings["frames_shown"], bool(task.video),
+                         config.frame_selection)
   count, height, width = frames.shape[:3]
   metadata = {"question": task.question, "options": list(options),
               "answer_format": kind, "num_frames": int(count), "height": int(height),
-              "width": int(width), "frames_shown": shown, "tools": names,
+              "width": int(width), "video": bool(task.video), "frames_shown": shown,
+              "tools": names,
               **{k: v for k, v in task.metadata.items() if isinstance(k, str)}}
 
   # 1. the plan

@@ -20,6 +20,8 @@ Names already defined in the kernel:
 - Metadata: dict with the question, its options, the answer format, the number of frames,
   their size and which frames you were shown.
 - np (NumPy), scipy, math, PIL (imports of other pure-Python modules such as re work).
+- tools and vlm: the host tools listed below (tools.Reconstruct, tools.SAM3, vlm.locate,
+  ...).
 - show(image, label): attach an image (uint8 [H, W, 3]) to the next feedback so you can
   look at it.
 - ReturnAnswer(value): submit the final answer (str, int or float). For multiple choice,
@@ -65,7 +67,8 @@ What the step after this one should do.
 **Action**
 {"tool": "<tool name>", "arguments": {"<name>": <value>, ...}}
 
-Each turn makes exactly one call. Its result is printed and kept in the kernel as
+Each turn makes exactly one call. A tool's name is as listed, without "tools.": e.g.
+"Reconstruct", "SAM3.video", "vlm.locate". Its result is printed and kept in the kernel as
 result_<step>. To answer, call {"tool": "ReturnAnswer", "arguments": {"answer": "B"}}."""
 
 
@@ -172,4 +175,8 @@ REFLECTION = (
     "what to change. Do not write code in this reply.")
 SUB_QUERY_SYSTEM = ("Answer the question about the image(s) briefly and precisely. If the "
                     "images do not show what is asked, say so.")
+SUB_QUERY_THINKING_SYSTEM = (
+    "Look at the image(s) carefully and reason about the question step by step before "
+    "answering. Then give your answer, briefly and precisely, on a last line that starts "
+    "with \"Final answer:\". If the images do not show what is asked, say so there.")
 FORMAT_ERROR = "Your reply could not be run: {error}"

@@ -28,6 +28,8 @@ import math
 import re
 from typing import Any, Sequence
 
+from jaxspatial.agents.kernel_main import kernel_path
+
 MAX_REPLY_CHARS = 200_000      # a longer reply is cut here before any parsing
 MAX_HEADER_LINE = 120          # only lines this short can be headers
 MAX_FIELD_CHARS = 4_000        # Purpose / Reasoning / Next Goal kept for the record
@@ -306,14 +308,15 @@ SUMMARY_SOURCE = """def _summary(value, depth=0):
 
 
 def structured_code(name: str, arguments: dict, step: int) -> str:
-  """The cell a structured call stands for: the tool's result kept as `result_{step}` (and
-  `last_result`) and printed in summary; `ReturnAnswer` submits its `answer`."""
+  """The cell a structured call stands for: the tool's result (tool `name` reached by its
+  kernel path: tools.SAM3.video, vlm.locate) kept as `result_{step}` (and `last_result`)
+  and printed in summary; `ReturnAnswer` submits its `answer`."""
   if name == "ReturnAnswer":
     if set(arguments) - {"answer"} or "answer" not in arguments:
       raise StepFormatError('ReturnAnswer takes one argument: {"answer": ...}')
     return f"ReturnAnswer({_literal(arguments['answer'])})"
   keywords = ", ".join(f"{k}={_literal(v)}" for k, v in arguments.items())
-  return (f"result_{step} = tools.{name}({keywords})\n"
+  return (f"result_{step} = {kernel_path(name)}({keywords})\n"
           f"last_result = result_{step}\n" + SUMMARY_SOURCE +
           f"print(_summary(result_{step}))\n"
           f"if isinstance(result_{step}, dict) and isinstance(result_{step}.get('image'), "

@@ -1,12 +1,22 @@
 """SpatialClaw's host tools: the callables a `Kernel` is given as `tools=`, which the
-model's code reaches as `tools.<Name>(...)`. Each runs here, on the host, with the
+model's code reaches by the paper's names (kernel_main.kernel_path): `tools.Reconstruct`,
+`tools.SAM3`, `tools.SAM3.video`, `vlm.locate`, ... Each runs here, on the host, with the
 episode's frames; arguments arrive as JSON values and numpy arrays and are checked before
 any work (a `ToolError` says what is wrong; the kernel shows it to the model).
 
 Groups (the ablations switch them off together):
-  perception  Reconstruct, RenderView, RenderBEV, Segment, OCR
-  vlm         VLM (a sub-question to the loop's own model), Locate
+  perception  Reconstruct, RenderView, RenderBEV, SAM3 (one frame by text, box or points),
+              SAM3.video (objects through frames), SAM3.exists (a concept present?), OCR
+  vlm         vlm.locate (boxes and points from the loop's own model),
+              vlm.ask_with_thinking (a sub-question answered after reasoning)
   utilities   Project, Annotate, MaskStats
+
+SAM3.video: a segmenter with its own `segment_video` (InstanceMasks: stored instance ids)
+tracks with it; otherwise each frame is segmented alone and identity is carried from
+frame to frame by mask IoU (`link_instances`), which holds for video-like frame sequences,
+not for views far apart. SAM3Segmenter takes that path: transformers ships Sam3VideoModel
+(SAM 3's memory-based propagation), but its processor needs torchvision, which does not
+import beside this torch, and no SAM 3 weights are here to check a native path against.
 
 World frame of `Reconstruct` (ours, after SpatialClaw's): gravity-aligned, +Y up, the
 first requested frame's camera at X = Z = 0 looking along -Z (its forward direction
@@ -17,9 +27,11 @@ How "up" and "ground" are known depends on the geometry source:
                   floor at z = 0, metres): exact, metric
   CloudGeometry   a stored cloud and input cameras (a benchmark built with Think3D caches):
                   per-frame depth rendered from the cloud; up estimated from the cameras
-  ModelGeometry   a learned reconstructor (perception.reconstruct: pi3, vggt, da3, or any
-                  object with reconstruct(frames)): depth rendered from its fused cloud
-                  into its cameras; up estimated from the cameras
+  ModelGeometry   a learned reconstructor (perception.reconstruct: da3, the paper's
+                  default (DA3NESTED-GIANT-LARGE), pi3 (frames resized to multiples of 14
+                  within 255,000 pixels, as Pi3's own loader), vggt, or any object with
+                  reconstruct(frames)): depth rendered from its fused cloud into its
+                  cameras; up estimated from the cameras
 Estimated up is minus the mean of the cameras' down axes (cameras held upright, as
 people film rooms); the estimated ground is the 2nd percentile of the points' heights.
 `scale` is metres per world unit (1.0, with `metric` False, when the source is
@@ -28,7 +40,8 @@ draw the last one.
 
 Resource bounds: at most `max_frames` (64) frames a call and `max_output_bytes` per
 result, render sizes up to 1024 x 1024, `max_vlm_calls` sub-questions per episode,
-`max_images` images per sub-question.
+`max_images` images per sub-question, `max_video_objects` (20) objects per SAM3.video call,
+16 point prompts per SAM3 call.
 """
 
 from __future__ import annotations
@@ -36,6 +49,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
+import os
+import re
 import threading
 from typing import Any, Callable, Sequence
 
@@ -43,10 +58,14 @@ import numpy as np
 
 MAX_FRAMES = 64
 GROUPS = {
-    "perception": ("Reconstruct", "RenderView", "RenderBEV", "Segment", "OCR"),
-    "vlm": ("VLM", "Locate"),
+    "perception": ("Reconstruct", "RenderView", "RenderBEV", "SAM3", "SAM3.video",
+                   "SAM3.exists", "OCR"),
+    "vlm": ("vlm.locate", "vlm.ask_with_thinking"),
     "utilities": ("Project", "Annotate", "MaskStats"),
 }
+PI3_PIXELS = 255_000       # Pi3's input budget (its own loader's)
+DA3_MODEL = "DA3NESTED-GIANT-LARGE"   # the paper's Reconstruct model
+MAX_POINT_PROMPTS = 16
 MAX_RENDER_SIDE = 1024
 MAX_TEXT_CHARS = 2000
 
@@ -278,25 +297,85 @@ class CloudGeometry:
                          self.metric)
 
 
+def pi3_input_size(height: int, width: int, pixels: int = PI3_PIXELS,
+                   patch: int = 14) -> tuple[int, int]:
+  """(H, W) Pi3 is fed for a frame of (height, width), as Pi3's own loader sizes it: the
+  frame scaled to `pixels` (up or down), each side rounded to a multiple of `patch`, then
+  the side whose rounding overshot the aspect ratio trimmed by a patch until the area fits."""
+  scale = math.sqrt(pixels / (height * width))
+  target_w, target_h = width * scale, height * scale
+  cols, rows = max(1, round(target_w / patch)), max(1, round(target_h / patch))
+  while cols * rows * patch * patch > pixels and (cols > 1 or rows > 1):
+    if rows == 1 or (cols > 1 and cols / rows > target_w / target_h):
+      cols -= 1
+    else:
+      rows -= 1
+  return rows * patch, cols * patch
+
+
+def check_model_folder(backend: str, checkpoint) -> str:
+  """The local model folder (or file) of a named reconstruction backend; a clear error
+  when it is not set or not there, naming what to download and the options that run."""
+  model = {"da3": f"Depth Anything 3 ({DA3_MODEL}, the paper's Reconstruct model: "
+                  f"huggingface.co/depth-anything/{DA3_MODEL})",
+           "pi3": "Pi3 (huggingface.co/yyfz233/Pi3)",
+           "vggt": "VGGT (huggingface.co/facebook/VGGT-1B)"}.get(backend, repr(backend))
+  path = "" if checkpoint is None else os.fspath(checkpoint)
+  where = ("no model folder is set" if not path else
+           f"its model folder {path} does not exist")
+  if path and os.path.exists(path):
+    return path
+  error = FileNotFoundError if path else ValueError
+  raise error(
+      f"tools.Reconstruct: backend {backend!r} needs {model}, but {where}. Download it and "
+      f"pass its folder (reconstruction.checkpoint=..., ModelGeometry(checkpoint=...)), or "
+      f"pick a backend that runs without it: reconstruction.backend='stored' (the "
+      f"benchmark's stored clouds and cameras), 'pi3' with a Pi3 checkpoint, or 'none'")
+
+
 class ModelGeometry:
   """A reconstructor run on the requested frames (`perception.reconstruct`): a named
-  backend ("pi3", "vggt", "da3") from `checkpoint`, or an object with
-  reconstruct(frames) -> Reconstruction. Its fused cloud is rendered into its cameras
-  for per-frame depth and points."""
+  backend ("da3", the paper's default, "pi3", "vggt") from the local `checkpoint` (checked
+  here: a missing folder is a clear error at once, not at the first call), or an object
+  with reconstruct(frames) -> Reconstruction. Its fused cloud is rendered into its cameras
+  for per-frame depth and points.
 
-  def __init__(self, backend="pi3", checkpoint=None, device: str = "cpu", metric: bool = False,
-               splat_radius: int = 1, **options):
+  Pi3 is fed frames resized (PIL Lanczos) to `pi3_input_size` within `pi3_pixels`
+  (255,000, Pi3's own loader) in RGB, as Pi3 itself reads images; `pi3_pixels=None` and
+  `channel_order="bgr"` give Think3D's feed (sides rounded up to multiples of 14, BGR).
+  Cameras come back at the frames' own size either way."""
+
+  def __init__(self, backend="da3", checkpoint=None, device: str = "cpu", metric: bool = False,
+               splat_radius: int = 1, pi3_pixels: int | None = PI3_PIXELS, **options):
+    if isinstance(backend, str):
+      checkpoint = check_model_folder(backend, checkpoint)
     self.backend, self.checkpoint, self.device = backend, checkpoint, device
     self.metric, self.splat_radius, self.options = bool(metric), int(splat_radius), options
+    self.pi3_pixels = pi3_pixels
+    if backend == "pi3":
+      self.options.setdefault("channel_order", "rgb")
 
   def frames(self, frames_NxHxWx3: np.ndarray, indices: Sequence[int]) -> FrameGeometry:
-    from jaxspatial.perception.reconstruction import reconstruct  # pylint: disable=import-outside-toplevel
+    # pylint: disable-next=import-outside-toplevel
+    from jaxspatial.perception.reconstruction import frame_intrinsics, reconstruct
+    from jaxspatial.geometry import Camera  # pylint: disable=import-outside-toplevel
     chosen = np.ascontiguousarray(frames_NxHxWx3[np.asarray(indices)])
+    height, width = chosen.shape[1:3]
     keywords = dict(self.options)
     if isinstance(self.backend, str):
       keywords.update(checkpoint=self.checkpoint, device=self.device)
-    cloud, cameras = reconstruct(chosen, self.backend, **keywords)
-    height, width = chosen.shape[1:3]
+    fed = chosen
+    if self.backend == "pi3" and self.pi3_pixels:
+      size = pi3_input_size(height, width, self.pi3_pixels)
+      if size != (height, width):
+        from PIL import Image  # pylint: disable=import-outside-toplevel
+        fed = np.stack([np.asarray(Image.fromarray(f).resize(size[::-1], Image.LANCZOS),
+                                   np.uint8) for f in chosen])
+    cloud, cameras = reconstruct(fed, self.backend, **keywords)
+    if fed is not chosen:  # the cameras at the frames' own size
+      k = frame_intrinsics(_intrinsic_matrices(cameras), (height, width),
+                           (*fed.shape[1:3], 0, 0))
+      cameras = Camera.from_matrices(k, np.asarray(cameras.world_from_camera, np.float32))
     index, depth = _render_cloud(cloud, cameras, height, width, self.splat_radius)
     points = _cloud_points(cloud, index, depth)
     return FrameGeometry(depth, points, _intrinsic_matrices(cameras),
@@ -356,42 +435,135 @@ class ToolLimits:
   max_vlm_calls: int = 32
   max_images: int = 64             # images per sub-question
   image_long_edge: int = 768       # sub-question images are resized to this
-  vlm_max_tokens: int = 1024
+  vlm_max_tokens: int = 1024       # vlm.locate's reply
+  vlm_thinking_max_tokens: int = 8192  # vlm.ask_with_thinking's reasoning and answer
   max_points: int = 1_000_000      # points kept for rendering a reconstruction
   max_project_points: int = 5_000_000
+  max_video_objects: int = 20      # objects SAM3.video follows
+  video_min_iou: float = 0.3       # mask IoU that carries an identity to the next frame
+
+
+def mask_iou(a_KxHxW: np.ndarray, b_MxHxW: np.ndarray) -> np.ndarray:
+  """IoU [K, M] of two stacks of boolean masks (0 where both are empty)."""
+  a = np.asarray(a_KxHxW, bool).reshape(len(a_KxHxW), -1).astype(np.float32)
+  b = np.asarray(b_MxHxW, bool).reshape(len(b_MxHxW), -1).astype(np.float32)
+  inter = a @ b.T
+  union = a.sum(1)[:, None] + b.sum(1)[None, :] - inter
+  return np.where(union > 0, inter / np.maximum(union, 1.0), 0.0)
+
+
+def link_instances(per_frame: Sequence[Sequence[np.ndarray]], start: int, grow: bool,
+                   min_iou: float = 0.3) -> list[list[int | None]]:
+  """Identity through a frame sequence by mask IoU: tracks[k][t] is the index into
+  per_frame[t] of track k's instance (None: not found there). The tracks begin as the
+  instances at position `start`; matching runs from `start` to the end, then from `start`
+  back to the beginning, each frame's instances against the tracks' latest masks (one-to-one,
+  the assignment with the largest total IoU; pairs under `min_iou` stay apart). With `grow`
+  an instance that matches no track starts a new one (a text prompt finds objects that
+  enter later); without it only the starting instances are followed (a box or points)."""
+  from scipy.optimize import linear_sum_assignment  # pylint: disable=import-outside-toplevel
+  count = len(per_frame)
+  tracks: list[list[int | None]] = []
+  for k in range(len(per_frame[start])):
+    tracks.append([None] * count)
+    tracks[k][start] = k
+  for order in (range(start + 1, count), range(start - 1, -1, -1)):
+    latest = {k: per_frame[start][k] for k in range(len(per_frame[start]))}
+    for t in order:
+      found = list(per_frame[t])
+      matched = set()
+      if latest and found:
+        ids = list(latest)
+        iou = mask_iou(np.stack([latest[k] for k in ids]), np.stack(found))
+        for r, c in zip(*linear_sum_assignment(-iou)):
+          if iou[r, c] >= min_iou:
+            tracks[ids[r]][t] = int(c)
+            latest[ids[r]] = found[c]
+            matched.add(int(c))
+      if grow:
+        for c in range(len(found)):
+          if c not in matched:
+            tracks.append([None] * count)
+            tracks[-1][t] = c
+            latest[len(tracks) - 1] = found[c]
+  return tracks
 
 
 class InstanceMasks:
   """A segmenter from stored instance maps [N, H, W] (-1 = none) and object names
   {name: instance id}: a text prompt selects the objects whose name contains it (or the
-  other way round); a box, the instances covering most of it. For scenes whose instance
-  ids are known (the synthetic set); SAM 3 does this on real images."""
+  other way round); a box, the instances covering most of it; points, the instances under
+  the positive points and not under a negative one; several prompts, the objects all of
+  them select; none, every object. Identity through frames is the stored ids. For scenes
+  whose instance ids are known (the synthetic set); SAM 3 does this on real images."""
 
   def __init__(self, instance_NxHxW, names: dict[str, int]):
     self.instance = np.asarray(instance_NxHxW, np.int32)
     self.names = {str(k).lower(): int(v) for k, v in names.items()}
 
-  def segment(self, frame: int, image: np.ndarray, text: str | None, box) -> list[dict]:
-    del image
+  def _chosen(self, frame: int, text, box, points, labels) -> list[int]:
     ids = self.instance[frame]
+    chosen = sorted(set(int(v) for v in np.unique(ids) if v >= 0))
     if text is not None:
       want = " ".join(text.lower().split())
-      chosen = [i for n, i in self.names.items() if n and (want in n or n in want)]
-    else:
+      named = {i for n, i in self.names.items() if n and (want in n or n in want)}
+      chosen = [i for i in chosen if i in named]
+    if box is not None:
       x1, y1, x2, y2 = (int(round(c)) for c in box)
       inside = ids[y1:y2, x1:x2]
       values, counts = np.unique(inside[inside >= 0], return_counts=True)
-      chosen = [int(v) for v, c in zip(values, counts) if c >= 0.2 * inside.size]
+      boxed = {int(v) for v, c in zip(values, counts) if c >= 0.2 * inside.size}
+      chosen = [i for i in chosen if i in boxed]
+    if points is not None:
+      under = [int(ids[min(int(y), ids.shape[0] - 1), min(int(x), ids.shape[1] - 1)])
+               for x, y in points]
+      positive = {u for u, l in zip(under, labels) if l and u >= 0}
+      negative = {u for u, l in zip(under, labels) if not l}
+      chosen = [i for i in chosen if i in positive and i not in negative]
+    return chosen
+
+  def segment(self, frame: int, image: np.ndarray, text: str | None, box, points=None,
+              labels=None) -> list[dict]:
+    del image
     out = []
-    for instance in chosen:
-      mask = ids == instance
+    for instance in self._chosen(frame, text, box, points, labels):
+      mask = self.instance[frame] == instance
       if mask.any():
         out.append({"mask": mask, "score": 1.0})
     return out
 
+  def exists(self, frame: int, image: np.ndarray, text: str) -> tuple[bool, float]:
+    present = bool(self.segment(frame, image, text, None))
+    return present, float(present)
+
+  def segment_video(self, frames: Sequence[int], images, prompt_frame: int, text, box,
+                    points=None, labels=None) -> tuple[list[dict], str]:
+    """([{"masks": {frame: (mask, score)}}] per object, the method's name): the stored ids
+    of the objects the prompts select (in every frame for text alone, else in
+    `prompt_frame`)."""
+    del images
+    if box is None and points is None:
+      ids = sorted({i for f in frames for i in self._chosen(f, text, None, None, None)})
+    else:
+      ids = self._chosen(prompt_frame, text, box, points, labels)
+    out = []
+    for instance in ids:
+      masks = {}
+      for f in frames:
+        mask = self.instance[f] == instance
+        if mask.any():
+          masks[f] = (mask, 1.0)
+      out.append({"masks": masks})
+    return out, "stored instance ids"
+
 
 class SAM3Segmenter:
-  """SAM 3 (`perception.segmentation.SAM3Backend`) from a model folder or a backend."""
+  """SAM 3 (`perception.segmentation.SAM3Backend`) from a model folder or a backend.
+  Text and a box go to SAM 3 as prompts (a box alone: SAM 3's exemplar prompt, every
+  instance like the boxed one); points pick, among SAM 3's instances for the text or box
+  (or every object, the backend's auto prompt), those whose mask holds every positive
+  point and no negative one (SAM3Backend takes no point prompts). `exists`: any instance
+  scoring above the threshold."""
 
   def __init__(self, source, device: str = "cpu", score_threshold: float | None = None):
     self.source, self.device, self.score_threshold = source, device, score_threshold
@@ -409,21 +581,39 @@ class SAM3Segmenter:
           self._backend = self.source
       return self._backend
 
-  def segment(self, frame: int, image: np.ndarray, text: str | None, box) -> list[dict]:
-    del frame
+  def _padded(self, image: np.ndarray, text, box, mask_size) -> dict:
     from jaxspatial.perception.segmentation import GRID  # pylint: disable=import-outside-toplevel
     backend = self.backend()
     height, width = image.shape[:2]
-    config = dataclasses.replace(backend.config, mask_size=(height, width))
+    config = dataclasses.replace(backend.config, mask_size=mask_size)
     grid_box = None
     if box is not None:
       grid_box = np.asarray([[box[0] * GRID / width, box[1] * GRID / height,
                               box[2] * GRID / width, box[3] * GRID / height]])
-    out = backend.with_config(config).segment_padded(image[None], text_prompt=text,
-                                                     boxes_grid_Bx4=grid_box,
-                                                     score_threshold=self.score_threshold)
-    return [{"mask": out["masks"][0, k], "score": float(out["scores"][0, k])}
-            for k in range(int(out["count"][0]))]
+    return backend.with_config(config).segment_padded(image[None], text_prompt=text,
+                                                      boxes_grid_Bx4=grid_box,
+                                                      score_threshold=self.score_threshold)
+
+  def segment(self, frame: int, image: np.ndarray, text: str | None, box, points=None,
+              labels=None) -> list[dict]:
+    del frame
+    out = self._padded(image, text, box, image.shape[:2])
+    found = [{"mask": out["masks"][0, k], "score": float(out["scores"][0, k])}
+             for k in range(int(out["count"][0]))]
+    if points is not None:
+      def picked(mask):
+        inside = [bool(mask[min(int(y), mask.shape[0] - 1), min(int(x), mask.shape[1] - 1)])
+                  for x, y in points]
+        return all(h for h, l in zip(inside, labels) if l) and not any(
+            h for h, l in zip(inside, labels) if not l)
+      found = [item for item in found if picked(item["mask"])]
+    return found
+
+  def exists(self, frame: int, image: np.ndarray, text: str) -> tuple[bool, float]:
+    del frame
+    out = self._padded(image, text, None, (8, 8))
+    count = int(out["count"][0])
+    return count > 0, float(out["scores"][0, :count].max()) if count else 0.0
 
 
 class EpisodeTools:
@@ -432,8 +622,10 @@ class EpisodeTools:
   geometry: DepthGeometry / CloudGeometry / ModelGeometry or None (Reconstruct then
   explains that none is configured); segmenter: InstanceMasks / SAM3Segmenter or None;
   ocr: an OCR backend (`perception.ocr`; None: the process's PP-OCRv4); ask: the loop's
-  sub-question function `ask(question, images) -> str` or None; groups: which of GROUPS
-  are offered."""
+  sub-question function `ask(question, images, thinking=False) -> str` (the reply as
+  written; `thinking=True` for ask_with_thinking, whose request asks the model to reason
+  first) or None; groups: which of GROUPS are offered. A tool's dotted name is its
+  method's with "_" for ".": SAM3.video is `SAM3_video`."""
 
   def __init__(self, frames_NxHxWx3, *, geometry=None, segmenter=None, ocr=None,
                ask: Callable[[str, list], str] | None = None,
@@ -460,7 +652,7 @@ class EpisodeTools:
     return [name for group in self.groups for name in GROUPS[group]]
 
   def mapping(self) -> dict[str, Callable]:
-    return {name: getattr(self, name) for name in self.names()}
+    return {name: getattr(self, name.replace(".", "_")) for name in self.names()}
 
   def take_queries(self) -> list[tuple[str, str]]:
     """The sub-questions asked since the last call (question, answer)."""
@@ -595,29 +787,135 @@ class EpisodeTools:
                                     float(np.max(hi - lo))))
     return {"image": rgb, "depth": depth, "intrinsics": k, "extrinsics": c2w.astype(np.float32)}
 
-  def Segment(self, frame, text=None, box=None) -> dict:
-    """Instance masks in one frame by a text prompt or a pixel box [x1, y1, x2, y2]."""
-    index = _int(frame, "frame", 0, len(self.frames) - 1)
-    if (text is None) == (box is None):
-      raise ToolError("Segment: give exactly one of text=... or box=[x1, y1, x2, y2]")
-    image = self.frames[index]
-    height, width = image.shape[:2]
+  def _prompts(self, name: str, index: int, text, box, points, point_labels,
+               need: bool = True):
+    """The checked prompts of a SAM3 call on frame `index`: (text, box, points, labels)."""
+    height, width = self.frames.shape[1:3]
+    if need and text is None and box is None and points is None:
+      raise ToolError(f"{name}: give text='...', box=[x1, y1, x2, y2] or points=[[x, y], "
+                      "...] (pixels)")
     text = None if text is None else _text(text, "text", 200)
     box = None if box is None else _pixel_box(box, height, width)
+    labels = None
+    if points is not None:
+      points = _array(points, "points", (None, 2)).astype(np.float64)
+      if not 1 <= len(points) <= MAX_POINT_PROMPTS:
+        raise ToolError(f"points: expected 1 to {MAX_POINT_PROMPTS} points [[x, y], ...], "
+                        f"got {len(points)}")
+      if not ((points[:, 0] >= 0).all() and (points[:, 0] < width).all()
+              and (points[:, 1] >= 0).all() and (points[:, 1] < height).all()):
+        raise ToolError(f"points: pixels [x, y] with 0 <= x < {width} and 0 <= y < {height}, "
+                        f"got {points.tolist()}")
+      if point_labels is None:
+        labels = [1] * len(points)
+      else:
+        labels = [_int(v, f"point_labels[{k}]", 0, 1) for k, v in
+                  enumerate(_array(point_labels, "point_labels", (len(points),), "iub"))]
+      if not any(labels):
+        raise ToolError("point_labels: at least one point must be positive (1)")
+    elif point_labels is not None:
+      raise ToolError("point_labels: given without points")
     if self.segmenter is None:
-      raise ToolError("Segment: no segmentation model is configured for this run (SAM 3 "
+      raise ToolError(f"{name}: no segmentation model is configured for this run (SAM 3 "
                       "needs a model folder)")
-    found = self.segmenter.segment(index, image, text, box)
+    return text, box, points, labels
+
+  def _segment(self, index: int, text, box, points, labels) -> list[dict]:
+    image = self.frames[index]
+    if points is None:  # segmenters that take no points keep working
+      return list(self.segmenter.segment(index, image, text, box))
+    return list(self.segmenter.segment(index, image, text, box, points=points, labels=labels))
+
+  def SAM3(self, frame, text=None, box=None, points=None, point_labels=None) -> dict:
+    """Instance masks in one frame, prompted by text (a concept: every instance of it), a
+    pixel box [x1, y1, x2, y2] and / or pixel points [[x, y], ...] (point_labels 1 keep,
+    0 exclude; default all 1): {masks [K, H, W] bool, scores [K], boxes [K, 4] pixels,
+    count}."""
+    index = _int(frame, "frame", 0, len(self.frames) - 1)
+    text, box, points, labels = self._prompts("SAM3", index, text, box, points, point_labels)
+    found = self._segment(index, text, box, points, labels)
+    height, width = self.frames.shape[1:3]
     masks = np.zeros((len(found), height, width), bool)
     scores = np.zeros(len(found), np.float32)
-    boxes = np.zeros((len(found), 4), np.float32)
     for k, item in enumerate(found):
       masks[k] = item["mask"]
       scores[k] = item["score"]
-      rows, cols = np.nonzero(masks[k])
-      if len(rows):
-        boxes[k] = [cols.min(), rows.min(), cols.max() + 1, rows.max() + 1]
-    return {"masks": masks, "scores": scores, "boxes": boxes, "count": len(found)}
+    return {"masks": masks, "scores": scores, "boxes": _mask_boxes(masks), "count": len(found)}
+
+  def SAM3_video(self, frames=None, text=None, box=None, points=None, point_labels=None,
+                 prompt_frame=None) -> dict:
+    """Objects segmented and followed through frames (a video's; default all): those a text
+    names, in every frame, or the one a box / points pick in `prompt_frame` (default the
+    first of `frames`). {frames [n], ids [K], masks [K, n, H, W] bool, present [K, n] bool,
+    scores [K, n], boxes [K, n, 4] pixels, method}."""
+    indices = frame_indices(frames, len(self.frames), self.limits.max_frames)
+    start = indices[0] if prompt_frame is None else _int(prompt_frame, "prompt_frame", 0,
+                                                         len(self.frames) - 1)
+    if start not in indices:
+      raise ToolError(f"prompt_frame: {start} is not one of frames {indices}")
+    text, box, points, labels = self._prompts("SAM3.video", start, text, box, points,
+                                              point_labels)
+    height, width = self.frames.shape[1:3]
+    if hasattr(self.segmenter, "segment_video"):
+      objects, method = self.segmenter.segment_video(indices, self.frames, start, text, box,
+                                                     points, labels)
+    else:
+      objects, method = self._video_by_iou(indices, start, text, box, points, labels)
+    objects = [o for o in objects if o["masks"]][:self.limits.max_video_objects]
+    size = len(objects) * len(indices) * height * width
+    if size > self.limits.max_output_bytes:
+      raise ToolError(f"SAM3.video: {len(objects)} objects in {len(indices)} frames of "
+                      f"{width} x {height} give {size >> 20} MB, over the limit of "
+                      f"{self.limits.max_output_bytes >> 20} MB; pass fewer frames")
+    masks = np.zeros((len(objects), len(indices), height, width), bool)
+    scores = np.zeros((len(objects), len(indices)), np.float32)
+    for k, item in enumerate(objects):
+      for j, f in enumerate(indices):
+        if f in item["masks"]:
+          masks[k, j], scores[k, j] = item["masks"][f][0], item["masks"][f][1]
+    present = masks.any(axis=(2, 3))
+    boxes = _mask_boxes(masks.reshape(-1, height, width)).reshape(len(objects), len(indices), 4)
+    return {"frames": np.asarray(indices, np.int32), "ids": np.arange(len(objects), dtype=np.int32),
+            "masks": masks, "present": present, "scores": np.where(present, scores, 0.0),
+            "boxes": boxes, "method": method}
+
+  def _video_by_iou(self, indices, start, text, box, points, labels):
+    """Each frame alone (the prompts on `start`; text alone, or every object for a box /
+    points, elsewhere), identity by mask IoU from frame to frame (link_instances)."""
+    geometric = box is not None or points is not None
+    per_frame = []
+    for f in indices:
+      if f == start:
+        found = self._segment(f, text, box, points, labels)
+      else:
+        found = self._segment(f, None if geometric else text, None, None, None)
+      per_frame.append(found)
+    tracks = link_instances([[item["mask"] for item in found] for found in per_frame],
+                            indices.index(start), grow=not geometric,
+                            min_iou=self.limits.video_min_iou)
+    objects = []
+    for track in tracks:
+      masks = {}
+      for j, c in enumerate(track):
+        if c is not None:
+          item = per_frame[j][c]
+          masks[indices[j]] = (np.asarray(item["mask"], bool), float(item["score"]))
+      objects.append({"masks": masks})
+    return objects, "per-frame segmentation, identity by mask IoU"
+
+  def SAM3_exists(self, frame, text) -> dict:
+    """Whether a concept (text) is present in one frame, without masks: {present, score}."""
+    index = _int(frame, "frame", 0, len(self.frames) - 1)
+    text = _text(text, "text", 200)
+    if self.segmenter is None:
+      raise ToolError("SAM3.exists: no segmentation model is configured for this run (SAM 3 "
+                      "needs a model folder)")
+    if hasattr(self.segmenter, "exists"):
+      present, score = self.segmenter.exists(index, self.frames[index], text)
+    else:
+      found = self._segment(index, text, None, None, None)
+      present, score = bool(found), max((float(f["score"]) for f in found), default=0.0)
+    return {"present": bool(present), "score": round(float(score), 4)}
 
   def OCR(self, frame, box=None) -> dict:
     """Text lines read in one frame (optionally inside a pixel box)."""
@@ -663,7 +961,7 @@ class EpisodeTools:
       out.append(resize_long_edge(np.ascontiguousarray(image), self.limits.image_long_edge))
     return out
 
-  def _ask(self, question: str, images: list, record: str) -> str:
+  def _ask(self, question: str, images: list, record: str, thinking: bool = False) -> str:
     if self.ask is None:
       raise ToolError("the VLM tools are not available in this run")
     with self._lock:
@@ -671,32 +969,50 @@ class EpisodeTools:
         raise ToolError(f"the limit of {self.limits.max_vlm_calls} VLM sub-questions in an "
                         "episode is reached")
       self._vlm_calls += 1
-    answer = self.ask(question, images)
-    answer = answer if isinstance(answer, str) else str(answer)
+    reply = (self.ask(question, images, thinking=True) if thinking
+             else self.ask(question, images))
+    return reply if isinstance(reply, str) else str(reply)
+
+  def _record(self, question: str, answer: str) -> None:
     with self._lock:
-      self._queries.append((record, answer))
-    return answer
+      self._queries.append((question, answer))
 
-  def VLM(self, question, images=None) -> str:
-    """A sub-question to the model about some frames or images; its text reply."""
+  def vlm_ask_with_thinking(self, question, images=None) -> dict:
+    """A sub-question to the model about frames (indices) or image arrays; it reasons first,
+    then answers: {answer, thinking}."""
     question = _text(question, "question")
-    return self._ask(question, self._images(images), question)
+    thinking, answer = split_thinking(self._ask(question, self._images(images), question,
+                                                thinking=True))
+    self._record(question, answer)
+    return {"answer": answer, "thinking": thinking}
 
-  def Locate(self, frame, description) -> dict:
-    """Where `description` is in one frame: {"visible", "point" (0-1000 grid), "pixel"}."""
+  def vlm_locate(self, frame, description) -> dict:
+    """Where `description` is in one frame, as the model sees it: {visible, boxes [[x1, y1,
+    x2, y2]], points [[x, y]] (0-1000 grid over width and height), pixel_boxes,
+    pixel_points}."""
     index = _int(frame, "frame", 0, len(self.frames) - 1)
     description = _text(description, "description", 300)
     image = self.frames[index]
-    prompt = (f"Find this in the image: {description}\nReply with its centre as (x, y) on "
-              "a 0-1000 grid over the image's width and height, e.g. (512, 300), or with "
-              "NOT VISIBLE if it is not in the image. Reply with nothing else.")
-    answer = self._ask(prompt, self._images([index]), f"Locate in frame {index}: {description}")
-    point = locate_point(answer)
-    if point is None:
-      return {"visible": False, "point": None, "pixel": None, "reply": answer[:200]}
+    prompt = (f"Find this in the image: {description}\nFor each instance write one line: "
+              "box [x1, y1, x2, y2] point (x, y), on a 0-1000 grid over the image's width "
+              "and height (x to the right, y down), e.g. box [100, 220, 380, 600] point "
+              "(240, 410). If it is not in the image, reply NOT VISIBLE. Reply with nothing "
+              "else.")
+    reply = _strip_thinking(self._ask(prompt, self._images([index]),
+                                      f"locate in frame {index}: {description}"))
+    boxes, points = locate_reply(reply)
+    self._record(f"vlm.locate in frame {index}: {description}",
+                 reply[:500] if boxes or points else "not visible")
     height, width = image.shape[:2]
-    return {"visible": True, "point": [point[0], point[1]],
-            "pixel": [point[0] * width / 1000.0, point[1] * height / 1000.0]}
+    scale = np.array([width, height], np.float64) / 1000.0
+    out = {"visible": bool(boxes or points), "boxes": boxes, "points": points,
+           "pixel_boxes": [[round(float(v), 1) for v in np.asarray(b) * np.tile(scale, 2)]
+                           for b in boxes],
+           "pixel_points": [[round(float(v), 1) for v in np.asarray(p) * scale]
+                            for p in points]}
+    if not out["visible"]:
+      out["reply"] = reply[:200]
+    return out
 
   # -- utilities --
 
@@ -766,19 +1082,78 @@ class EpisodeTools:
             "box": [int(cols.min()), int(rows.min()), int(cols.max()) + 1, int(rows.max()) + 1]}
 
 
-def locate_point(reply: str) -> tuple[float, float] | None:
-  """(x, y) on the 0-1000 grid from a Locate reply, or None ("not visible", unreadable)."""
-  import re  # pylint: disable=import-outside-toplevel
-  text = reply[:2000] if isinstance(reply, str) else ""
+def _mask_boxes(masks_KxHxW: np.ndarray) -> np.ndarray:
+  """Pixel boxes [K, 4] (x1, y1, x2, y2; x2, y2 exclusive) of masks; zeros for empty ones."""
+  boxes = np.zeros((len(masks_KxHxW), 4), np.float32)
+  for k, mask in enumerate(masks_KxHxW):
+    rows, cols = np.nonzero(mask)
+    if len(rows):
+      boxes[k] = [cols.min(), rows.min(), cols.max() + 1, rows.max() + 1]
+  return boxes
+
+
+_NUMBER = r"(\d{1,4}(?:\.\d{1,3})?)"
+_BOX = re.compile(r"[\[(]\s*" + r"\s*,\s*".join([_NUMBER] * 4) + r"\s*[\])]")
+_POINT = re.compile(r"[\[(]\s*" + _NUMBER + r"\s*,\s*" + _NUMBER + r"\s*[\])]")
+MAX_LOCATED = 20
+
+
+def locate_reply(reply: str) -> tuple[list, list]:
+  """(boxes [[x1, y1, x2, y2]], points [[x, y]]) on the 0-1000 grid from a vlm.locate reply
+  (both empty: "not visible" or unreadable). A line with a box and no point gives the
+  box's centre as its point."""
+  text = reply[:4000] if isinstance(reply, str) else ""
   if "not visible" in text.lower():
-    return None
-  match = re.search(r"\(?\s*(\d{1,4}(?:\.\d{1,3})?)\s*,\s*(\d{1,4}(?:\.\d{1,3})?)\s*\)?", text)
-  if match is None:
-    return None
-  x, y = float(match.group(1)), float(match.group(2))
-  if not (0 <= x <= 1000 and 0 <= y <= 1000):
-    return None
-  return x, y
+    return [], []
+  boxes, points = [], []
+  for line in text.split("\n"):
+    line_boxes, rest, last = [], [], 0
+    for match in _BOX.finditer(line):
+      rest.append(line[last:match.start()])
+      last = match.end()
+      x1, y1, x2, y2 = (float(v) for v in match.groups())
+      if 0 <= x1 < x2 <= 1000 and 0 <= y1 < y2 <= 1000:
+        line_boxes.append([x1, y1, x2, y2])
+    rest.append(line[last:])
+    line_points = [[float(m.group(1)), float(m.group(2))]
+                   for m in _POINT.finditer(" ".join(rest))]
+    line_points = [p for p in line_points if 0 <= p[0] <= 1000 and 0 <= p[1] <= 1000]
+    if line_boxes and not line_points:
+      line_points = [[(b[0] + b[2]) / 2, (b[1] + b[3]) / 2] for b in line_boxes]
+    boxes += line_boxes
+    points += line_points
+  return boxes[:MAX_LOCATED], points[:MAX_LOCATED]
+
+
+_FINAL = re.compile(r"^[ \t>*#_]*final answer[ \t*_]*[:：]", re.IGNORECASE | re.MULTILINE)
+
+
+def split_thinking(reply: str) -> tuple[str, str]:
+  """(thinking, answer) of a vlm.ask_with_thinking reply: a <think>...</think> block is the
+  thinking and what follows the answer; else text up to the last "Final answer:" line is
+  the thinking; else the whole reply is the answer."""
+  text = reply[:200_000] if isinstance(reply, str) else ""
+  lower = text.lower()
+  end = lower.rfind("</think>")
+  if end != -1:
+    thinking = text[:end]
+    opening = thinking.lower().find("<think>")
+    thinking = thinking[opening + len("<think>"):] if opening != -1 else thinking
+    text, answer_part = thinking, text[end + len("</think>"):]
+    final = list(_FINAL.finditer(answer_part))
+    answer = answer_part[final[-1].end():] if final else answer_part
+    return text.strip(), answer.strip()
+  final = list(_FINAL.finditer(text))
+  if final:
+    return text[:final[-1].start()].strip(), text[final[-1].end():].strip()
+  opening = lower.find("<think>")
+  if opening != -1:  # never closed: all thinking, no answer
+    return text[opening + len("<think>"):].strip(), ""
+  return "", text.strip()
+
+
+def _strip_thinking(reply: str) -> str:
+  return split_thinking(reply)[1]
 
 
 # --- documentation for the prompts ---------------------------------------------------------
@@ -800,19 +1175,32 @@ DOCS = {
         "tools.RenderBEV(size=512, cameras=True) -> {image, depth, intrinsics, "
         "extrinsics}: a top-down view of the last reconstruction (image up = -Z, right = "
         "+X), input cameras drawn; project points with its intrinsics and extrinsics."),
-    "Segment": (
-        "tools.Segment(frame=i, text='red chair') or tools.Segment(frame=i, box=[x1, y1, "
-        "x2, y2]) -> {masks [K, H, W] bool, scores [K], boxes [K, 4] pixels, count}: "
-        "instance masks in one frame."),
+    "SAM3": (
+        "tools.SAM3(frame=i, text='red chair') -> {masks [K, H, W] bool, scores [K], boxes "
+        "[K, 4] pixels, count}: SAM 3 instance masks in one frame. Prompts: text (every "
+        "instance of a concept), box=[x1, y1, x2, y2] and / or points=[[x, y], ...] "
+        "(pixels; point_labels=[1, 0, ...]: 1 on the object, 0 off it); combine them to "
+        "narrow the result."),
+    "SAM3.video": (
+        "tools.SAM3.video(frames=[i, ...], text='chair') or tools.SAM3.video(frames=[...], "
+        "box=[x1, y1, x2, y2] or points=[[x, y]], prompt_frame=i) -> {frames [n], ids [K], "
+        "masks [K, n, H, W] bool, present [K, n], scores [K, n], boxes [K, n, 4], method}: "
+        "objects segmented and followed through the frames of a video, each keeping its id "
+        "(best on consecutive frames)."),
+    "SAM3.exists": (
+        "tools.SAM3.exists(frame=i, text='a red chair') -> {present, score}: whether a "
+        "concept is in one frame (no masks; fast)."),
     "OCR": (
         "tools.OCR(frame=i, box=None) -> {lines: [{text, box [x1, y1, x2, y2] pixels, "
         "score}]}: text read in one frame."),
-    "VLM": (
-        "tools.VLM(question, images=[i, ...]) -> str: ask the vision-language model a "
-        "focused sub-question about frames (indices) or image arrays (up to 64)."),
-    "Locate": (
-        "tools.Locate(frame=i, description='the lamp') -> {visible, point [x, y] on a "
-        "0-1000 grid, pixel [x, y]}: where something is in one frame (the VLM's estimate)."),
+    "vlm.locate": (
+        "vlm.locate(frame=i, description='the lamp') -> {visible, boxes [[x1, y1, x2, y2]], "
+        "points [[x, y]] (0-1000 grid over width and height), pixel_boxes, pixel_points}: "
+        "where the vision-language model sees something in one frame."),
+    "vlm.ask_with_thinking": (
+        "vlm.ask_with_thinking(question, images=[i, ...]) -> {answer, thinking}: a focused "
+        "sub-question to the vision-language model about frames (indices) or image arrays "
+        "(up to 64); it reasons first and gives its final answer separately."),
     "Project": (
         "tools.Project(points [M, 3], extrinsics 4x4, intrinsics 3x3) -> {pixels [M, 2], "
         "depth [M], in_front [M]}: world points into a camera."),

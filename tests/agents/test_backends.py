@@ -103,7 +103,8 @@ def _decode(url: str) -> np.ndarray:
 
 def _role(body) -> str:
   system = body["messages"][0]["content"]
-  return {prompts.PLAN_SYSTEM: "plan", prompts.SUB_QUERY_SYSTEM: "vlm"}.get(system, "step")
+  return {prompts.PLAN_SYSTEM: "plan", prompts.SUB_QUERY_SYSTEM: "vlm",
+          prompts.SUB_QUERY_THINKING_SYSTEM: "vlm"}.get(system, "step")
 
 
 STEP_1 = """**Purpose**
@@ -116,7 +117,7 @@ Answer.
 ```python
 show(InputImages[0][:10, :12], "corner")
 print(Metadata["num_frames"], Metadata["options"])
-reply = tools.VLM("What colour dominates?", images=[1])
+reply = vlm.ask_with_thinking("What colour dominates?", images=[1])
 ```"""
 STEP_2 = STEP_1.split("**Code**")[0] + '**Code**\n```python\nReturnAnswer("B")\n```'
 
@@ -149,6 +150,8 @@ def test_endpoint_drives_an_episode():
   first = bodies[1]["messages"][1]["content"]
   images = [_decode(p["image_url"]["url"]) for p in first if p["type"] == "image_url"]
   assert len(images) == 3 and all(np.array_equal(a, b) for a, b in zip(images, frames))
+  assert bodies[2]["messages"][0]["content"] == prompts.SUB_QUERY_THINKING_SYSTEM
+  assert bodies[2]["max_tokens"] == config.tool_limits.vlm_thinking_max_tokens
   sub = bodies[2]["messages"][1]["content"]
   assert np.array_equal(_decode(sub[0]["image_url"]["url"]), frames[1])
   assert sub[1] == {"type": "text", "text": "What colour dominates?"}

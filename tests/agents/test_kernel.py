@@ -177,6 +177,38 @@ def test_tool_proxy_round_trip_with_arrays(kernel):
   assert "tools(echo, fail)" in result.stdout and "Returns what it got" in result.stdout
 
 
+def test_dotted_tool_names_nest_and_vlm_is_top_level():
+  """The paper's names: tools.SAM3 callable and holding SAM3.video; vlm.locate at the top
+  level; both namespaces re-made after a cell rebinds them."""
+  def sam3(frame, text=None):
+    """Image masks."""
+    return {"frame": frame, "text": text}
+
+  def video(frames):
+    """Video masks."""
+    return len(frames)
+
+  def locate(frame, description):
+    """Where it is."""
+    raise ValueError(f"no {description}")
+
+  tools = {"SAM3": sam3, "SAM3.video": video, "vlm.locate": locate}
+  with Kernel(frames(), {}, tools, FAST) as k:
+    result = run(k, "print(tools, vlm, tools.SAM3)\n"
+                    "print(tools.SAM3(0, text='cup'), tools.SAM3.video([1, 2]))\n"
+                    "print(tools.SAM3.video.__doc__, vlm.locate.__name__)\n"
+                    "try:\n  vlm.locate(0, 'cup')\nexcept vlm.ToolError as e:\n  print(e)\n"
+                    "vlm = tools = None")
+    assert result.stdout.splitlines() == [
+        "tools(SAM3) vlm(locate) tools.SAM3(video)", "{'frame': 0, 'text': 'cup'} 2",
+        "Video masks. locate", "vlm.locate failed: ValueError: no cup"]
+    assert result.tool_calls == {"SAM3": 1, "SAM3.video": 1, "vlm.locate": 1}
+    assert run(k, "print(vlm.locate.__doc__)").stdout == "Where it is.\n"
+  for bad in ("vlm", "a._b", "a..b", "SAM3.ToolError", "x.class"):
+    with pytest.raises(ValueError, match="tool name"):
+      Kernel(frames(), {}, {bad: echo}, FAST)
+
+
 def test_full_rollback_undoes_the_failed_cell(kernel):
   run(kernel, "rb_x = 1\nrb_list = [1]")
   result = run(kernel, "rb_x = 2\nrb_y = 3\nraise ValueError('boom')", status="error")

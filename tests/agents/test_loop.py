@@ -1,10 +1,11 @@
 """SpatialClaw's loop through the real kernel: a scripted agent (fixed cells:
-Reconstruct + Segment, numpy maths and a scipy KD-tree) answers synthetic relative-direction
+Reconstruct + SAM3, numpy maths and a scipy KD-tree) answers synthetic relative-direction
 and closest-object questions correctly, and every feedback block holds its documented
 parts (a format failure, an error naming its line, output, warnings, sub-queries,
 variables, an image, tool calls, a refused then an accepted answer, the checklist); failed
-steps are condensed in the history; the ablation modes, timeouts, the answer-attempt limit
-and concurrent episodes."""
+steps are condensed in the history; the ablation modes (react: one call per step), the
+frames shown (a video's uniformly, images the first 32), timeouts, the answer-attempt
+limit and concurrent episodes."""
 
 import re
 
@@ -16,8 +17,8 @@ from jaxspatial.agents import feedback as fb
 from jaxspatial.agents import prompts
 from jaxspatial.agents.backends import ScriptedChat
 from jaxspatial.agents.kernel import Limits
-from jaxspatial.agents.loop import (EpisodeInput, LoopConfig, run_episode, run_episodes,
-                                    sample_frames)
+from jaxspatial.agents.loop import (EpisodeInput, LoopConfig, frames_to_show, run_episode,
+                                    run_episodes, sample_frames)
 from jaxspatial.agents.schema import CheckItem
 from jaxspatial.agents.tools import DepthGeometry, InstanceMasks
 
@@ -52,7 +53,7 @@ rec = tools.Reconstruct(frames=list(range(Metadata["num_frames"])))
 def locate(name):
     found = []
     for i in range(Metadata["num_frames"]):
-        seg = tools.Segment(frame=i, text=name)
+        seg = tools.SAM3(frame=i, text=name)
         for mask in seg["masks"]:
             found.append(rec["points"][i][mask & rec["valid"][i]])
     return np.concatenate(found) if found else np.zeros((0, 3))
@@ -64,7 +65,7 @@ for name in options + [reference]:
 print({k: np.round(v, 2).tolist() for k, v in centres.items()})
 bev = tools.RenderBEV(size=96)
 show(bev["image"], "bird's-eye view")
-note = tools.VLM("Which objects are in this frame?", images=[0])
+note = vlm.ask_with_thinking("Which objects are in this frame?", images=[0])["answer"]
 np.seterr(all="warn")
 _ = np.array([1.0]) / np.array([0.0])
 '''
@@ -116,7 +117,7 @@ def role(messages) -> str:
   system = messages[0]["content"]
   if system == prompts.PLAN_SYSTEM:
     return "plan"
-  if system == prompts.SUB_QUERY_SYSTEM:
+  if system in (prompts.SUB_QUERY_SYSTEM, prompts.SUB_QUERY_THINKING_SYSTEM):
     return "vlm"
   return "step"
 
@@ -188,11 +189,12 @@ def test_scripted_agent_solves_synthetic_questions(tasks):
     for part in ("Output:", "Warnings:", "RuntimeWarning", "VLM sub-queries:",
                  "Q: Which objects are in this frame?", "A: A chair and a table.",
                  "Variables:", "rec: dict", "Images attached below (1):", "bird's-eye view",
-                 "Reconstruct x1", "RenderBEV x1", "VLM x1", "Checklist: 1/3 verified"):
+                 "Reconstruct x1", "RenderBEV x1", "vlm.ask_with_thinking x1",
+                 "Checklist: 1/3 verified"):
       assert part in third, part
-    segments = re.search(r"Segment x(\d+)", third)
+    segments = re.search(r"SAM3 x(\d+)", third)
     assert segments and int(segments.group(1)) == 4 * (len(task.options) + 1)
-    assert result.steps[2].tool_calls["Segment"] == int(segments.group(1))
+    assert result.steps[2].tool_calls["SAM3"] == int(segments.group(1))
     # 4: refused, the full checklist shown at an answer.
     assert "Answer refused (attempt 1 of 5): expected one option letter" in feedback[3]
     assert "Checklist (1/3 verified):" in feedback[3]
@@ -289,7 +291,7 @@ def test_modes(tmp_path):
     run_episode(model, task, LoopConfig(mode=mode, **base))
     system = [r for r in model.requests if role(r) == "step"][0][0]["content"]
     assert absent not in system and present in system
-  # structured: one call per step, translated; then the answer.
+  # structured (react's older name): one call per step, translated; then the answer.
   action = ('**Purpose**\nLook.\n**Reasoning**\nx\n**Next Goal**\ny\n**Action**\n'
             '{"tool": "Annotate", "arguments": {"image": 0, "points": [[3, 4]]}}')
   answer = action.replace('{"tool": "Annotate", "arguments": {"image": 0, "points": [[3, 4]]}}',
@@ -397,3 +399,65 @@ def test_frame_sampling_and_config_checks():
     LoopConfig(mode="magic")
   with pytest.raises(ValueError, match="max_steps"):
     LoopConfig(max_steps=0)
+
+
+def _action(tool: str, arguments: str) -> str:
+  return ("**Purpose**\nOne call.\n**Reasoning**\nx\n**Next Goal**\ny\n**Action**\n"
+          f'{{"tool": "{tool}", "arguments": {arguments}}}')
+
+
+def test_react_mode_makes_one_named_call_per_step():
+  """The paper's structured-invocation executor: each reply is one JSON call, run as code
+  (a dotted tool at its kernel path: tools.SAM3.exists, vlm.locate); no code is written."""
+  frames = _frames(2)
+  instance = np.full(frames.shape[:3], -1, np.int32)
+  instance[:, 4:12, 6:16] = 7       # the red box, in both frames
+  task = EpisodeInput(frames, "Is there a red box? A. yes B. no", ("yes", "no"),
+                      segmenter=InstanceMasks(instance, {"red box": 7}))
+  script = [_action("SAM3.exists", '{"frame": 0, "text": "red box"}'),
+            _action("SAM3", '{"frame": 1, "points": [[10, 8]]}'),
+            _action("vlm.locate", '{"frame": 0, "description": "the red box"}'),
+            _action("ReturnAnswer", '{"answer": "yes"}')]
+  assert LoopConfig(mode="structured").settings() == LoopConfig(mode="react").settings()
+  model = scripted(script)
+  result = run_episode(model, task, LoopConfig(mode="react", max_steps=5, planning=False,
+                                               kernel_limits=LIMITS))
+  assert result.stop == "answer" and result.prediction == "A", result.steps[-1].feedback
+  assert [s.tool_calls for s in result.steps] == [
+      {"SAM3.exists": 1}, {"SAM3": 1}, {"vlm.locate": 1}, {}]
+  assert [s.step.call[0] for s in result.steps] == ["SAM3.exists", "SAM3", "vlm.locate",
+                                                    "ReturnAnswer"]
+  assert "present: True" in result.steps[0].feedback
+  assert "count: 1" in result.steps[1].feedback
+  assert "visible: False" in result.steps[2].feedback  # the scripted VLM names no place
+  system = [r for r in model.requests if role(r) == "step"][0][0]["content"]
+  assert "**Action**" in system and "**Code**" not in system
+
+
+def test_frames_shown_sample_videos_and_cut_image_lists():
+  """Up to 32 frames shown: a video's spread uniformly (index round(k (N - 1) / 31)), a
+  list of images the first 32; the kernel keeps every frame."""
+  for count in (33, 40, 100, 1000):
+    uniform = np.round(np.linspace(0, count - 1, 32)).astype(int).tolist()
+    assert frames_to_show(count, 32, video=True) == uniform
+    assert frames_to_show(count, 32, video=False) == list(range(32))
+    assert frames_to_show(count, 32, video=False, selection="uniform") == uniform
+  assert frames_to_show(20, 32, video=True) == frames_to_show(20, 32, False) == list(range(20))
+  assert frames_to_show(40, 0, video=False) == []
+  frames = _frames(40, (8, 10))
+  code = step_reply('print(len(InputImages), Metadata["frames_shown"][-1])\nReturnAnswer("A")')
+  for video, last in ((True, 39), (False, 31)):
+    model = scripted([code])
+    result = run_episode(model, EpisodeInput(frames, "Q? A. x B. y", ("x", "y"), video=video),
+                         LoopConfig(planning=False, max_steps=1, kernel_limits=LIMITS))
+    first = model.requests[0][1]["content"]
+    labels = [int(p["text"][6:-1]) for p in first
+              if p["type"] == "text" and re.fullmatch(r"Frame \d+:", p["text"])]
+    expected = (np.round(np.linspace(0, 39, 32)).astype(int).tolist() if video
+                else list(range(32)))
+    assert labels == expected
+    assert sum(p["type"] == "image" for p in first) == 32
+    assert f"40 {last}" in result.steps[0].feedback
+  assert LoopConfig().frame_selection == "paper"
+  with pytest.raises(ValueError, match="frame_selection"):
+    LoopConfig(frame_selection="random")

@@ -158,14 +158,19 @@ Measure.
 
 
 def test_structured_call_translates_to_code():
-  step = schema.parse_structured(ACTION, ["Reconstruct", "VLM"], 4)
+  step = schema.parse_structured(ACTION, ["Reconstruct", "vlm.locate"], 4)
   assert step.call == ("Reconstruct", {"frames": [0, 1]})
   assert step.code.startswith("result_4 = tools.Reconstruct(frames=[0, 1])")
   compile(step.code, "<cell>", "exec")  # valid Python
   answer = schema.parse_structured(ACTION.replace(
       '{"tool": "Reconstruct", "arguments": {"frames": [0, 1]}}',
-      'I will answer: {"tool": "ReturnAnswer", "arguments": {"answer": "B"}}'), ["VLM"], 5)
+      'I will answer: {"tool": "ReturnAnswer", "arguments": {"answer": "B"}}'),
+      ["vlm.locate"], 5)
   assert answer.code == "ReturnAnswer('B')"
+  # The paper's dotted names run where the kernel puts them.
+  for name, path in (("vlm.locate", "vlm.locate"), ("SAM3.video", "tools.SAM3.video")):
+    dotted = schema.parse_structured(ACTION.replace('"Reconstruct"', f'"{name}"'), [name], 6)
+    assert dotted.code.startswith(f"result_6 = {path}(frames=[0, 1])")
 
 
 @pytest.mark.parametrize("action, message", [
