@@ -29,6 +29,8 @@ holds a verdict word (the paper's rule on that line: True only if every verdict 
 is an un-negated CORRECT); otherwise the last verdict word of the reply does. No verdict
 word at all is unreadable: None. The judge hook returns False for it (the papers count a
 non-verdict as not correct) and counts it apart (`stats()["unreadable"]`, `records()`).
+The on-device judge reads the same rule on byte ids (`policy_judge.reply_reading`; a change
+here is a change there, tests/perception/test_reply_verdict.py holds them equal).
 Our prompts (no paper publishes its own):
 
 "act3d" (Act3D's R_judge, the training judge: the question, the prediction and every
@@ -383,13 +385,6 @@ PROMPTS = {
 def one_line(text: str) -> str:
   """Whitespace (newlines included) collapsed to single spaces."""
   return " ".join(str(text).split())
-
-
-def verdict(reply: str) -> bool:
-  """Act3D's rule read literally: the reply contains CORRECT and not INCORRECT (case-
-  sensitive substrings). The on-device `PolicyJudge` reads its replies this way
-  (`policy_judge.reply_verdict`); `LLMJudge` reads `judge_verdict`."""
-  return "CORRECT" in reply and "INCORRECT" not in reply
 
 
 def _any_case(word: str) -> str:

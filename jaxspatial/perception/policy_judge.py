@@ -4,8 +4,11 @@
 message, question, numbered reference answers, prediction, "CORRECT or INCORRECT"), but
 the judge model is a jaxspatial policy on device: the prompt is assembled from the
 rollout's byte ids, the policy samples its reply with `models.sampler`, and the verdict
-(the reply contains CORRECT and not INCORRECT) is read from the reply's bytes. Nothing
-leaves the device, so a rollout judged this way has no host round trip.
+is read from the reply's bytes by the host judge's rule (`reply_verdict` is
+`judge.judge_verdict`: Act3D's CORRECT and not INCORRECT after the reasoning, whole words in
+any case, a negated CORRECT incorrect, the final line first; no verdict word is False and
+counted as unreadable). Nothing leaves the device, so a rollout judged this way has no host
+round trip.
 
 The prompt: the chat template rendered once with sentinels in place of the question, the
 references and the prediction gives the static pieces between them (tokenised once); the
@@ -19,6 +22,7 @@ returns without a request.
 
     judge = PolicyJudge.create(tokenizer, model, "act3d", temperature=0.0, max_tokens=4)
     verdicts = judge(question_ids, answer_ids, reference_ids)          # host call, jitted
+    judge.stats()  # the host calls' verdicts: correct, incorrect, unreadable, no_request
     # inside the rollout: judge.verdicts(judge.state(), question, answer, references, key)
 
 Not the same reply as a server's: the fields are spelled in byte tokens, not the
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import threading
 from typing import Any, Sequence
 
 import jax
@@ -37,7 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxspatial.models import sampler
-from jaxspatial.perception.judge import PROMPTS, JudgePrompt
+from jaxspatial.perception.judge import NEGATION_FILLERS, NEGATORS, PROMPTS, JudgePrompt
 from jaxspatial.rl.rewards import device_text
 from jaxspatial.rollout import automaton as am
 
@@ -92,11 +97,135 @@ def reply_bytes(tokens_BxN: Array, count_B: Array, token_bytes_VxK: Array,
   return jax.vmap(device_text._compact)(flat, keep.reshape(batch, -1))  # pylint: disable=protected-access
 
 
+# --- the verdict on device: `judge.judge_verdict` on UTF-8 byte ids --------------------------
+
+# The marks a negation may span besides spaces (`judge._SOFT`), and the apostrophes that
+# join a word ("isn't") when they stand between two letters or digits.
+NEGATION_MARKS = tuple(map(ord, "*_\"'`\u2019-"))
+APOSTROPHES = (ord("'"), 0x2019)
+# device_text's private helpers, shared rather than copied.
+# pylint: disable=protected-access
+_compact, _shifted = device_text._compact, device_text._shifted
+_last, _in_class = device_text._last, device_text._in_class
+# pylint: enable=protected-access
+
+
+def _utf8_characters(ids_L: Array) -> Array:
+  """[L] the code points of -1-padded UTF-8 byte ids decoded as `judge.decode_ids` does
+  (every -1 dropped, wherever it is), -1 after. A byte of no well-formed sequence (Unicode
+  table 3-7: no overlong form, surrogate or code point past U+10FFFF) is a U+FFFD of its
+  own; Python writes one per maximal ill-formed run, a count no rule here reads."""
+  data = _compact(ids_L, ids_L >= 0)
+  real = data >= 0
+  byte = jnp.where(real, data, 0)
+  after = lambda k: _shifted(byte, k, 0)  # byte[p + k], 0 past the end
+  size = jnp.select([byte < 0x80, (byte >= 0xC2) & (byte <= 0xDF),
+                     (byte >= 0xE0) & (byte <= 0xEF), (byte >= 0xF0) & (byte <= 0xF4)],
+                    [1, 2, 3, 4], 0)
+  low = jnp.select([byte == 0xE0, byte == 0xF0], [0xA0, 0x90], 0x80)    # the second byte's
+  high = jnp.select([byte == 0xED, byte == 0xF4], [0x9F, 0x8F], 0xBF)   # range
+  well_formed = real & (size > 0) & ((size < 2) | ((after(1) >= low) & (after(1) <= high)))
+  for k in (2, 3):
+    well_formed &= (size <= k) | ((after(k) >= 0x80) & (after(k) <= 0xBF))
+  code = jnp.select([size == 2, size == 3, size == 4], [byte & 0x1F, byte & 0x0F, byte & 0x07],
+                    byte)
+  for k in (1, 2, 3):
+    code = jnp.where(size > k, (code << 6) | (after(k) & 0x3F), code)
+  covered = jnp.zeros(byte.shape, bool)
+  for k in (1, 2, 3):
+    covered |= _shifted(well_formed & (size > k), -k, False)
+  code = jnp.where(well_formed, code, 0xFFFD).astype(jnp.int32)
+  return _compact(code, real & ~covered)
+
+
+def _read_reply(ids_L: Array) -> tuple[Array, Array]:
+  """(correct, unreadable) of one reply: `judge.judge_verdict` read on its characters."""
+  chars = _utf8_characters(ids_L.astype(jnp.int32))
+  length = chars.shape[-1]
+  index = jnp.arange(length)
+  folded = jnp.where((chars >= ord("A")) & (chars <= ord("Z")), chars + 32, chars)
+
+  def spelled(word: str) -> Array:  # [L] `word` (ASCII lower case) starts here, any case
+    hit = jnp.ones(length, bool)
+    for k, char in enumerate(word):
+      hit &= _shifted(folded, k, -1) == ord(char)
+    return hit
+
+  # `judge.strip_reasoning`: after the last </think>, up to a <think> left open.
+  closes = spelled("</think>")
+  start = jnp.where(jnp.any(closes), _last(closes) + len("</think>"), 0)
+  opens = spelled("<think>") & (index >= start)
+  end = jnp.where(jnp.any(opens), jnp.argmax(opens), length)
+  answer = (chars >= 0) & (index >= start) & (index < end)
+  # Python's own classes (`[^\W_]`, `\s`), as the host regex reads them.
+  alnum = answer & _in_class(chars, r"\w") & (chars != ord("_"))
+  space = answer & _in_class(chars, r"\s")
+  newline = answer & ((chars == ord("\n")) | (chars == ord("\r")))
+  soft = answer & ((space & ~newline) | jnp.isin(chars, jnp.asarray(NEGATION_MARKS)))
+  # Words: letters and digits, joined by an apostrophe between two of them ("isn't").
+  joiner = jnp.isin(chars, jnp.asarray(APOSTROPHES)) & _shifted(alnum, -1, False) & _shifted(
+      alnum, 1, False)
+  in_word = alnum | joiner
+  word_start = in_word & ~_shifted(in_word, -1, False)
+  word_end = in_word & ~_shifted(in_word, 1, False)
+
+  def whole(word: str) -> Array:  # [L] the word `word` starts here
+    return word_start & spelled(word) & _shifted(word_end, len(word) - 1, False)
+
+  def ends(word: str) -> Array:  # [L] the word `word` ends here
+    return _shifted(whole(word), -(len(word) - 1), False)
+
+  # A negator: "not", "never", "cannot", or letters and digits then n't (one apostrophe).
+  last_mark = jax.lax.cummax(jnp.where(joiner | word_start, index, -1))
+  one_apostrophe = word_start[jnp.maximum(last_mark, 0)] & (last_mark >= 0)
+  negator_end = (word_end & (folded == ord("t")) & _shifted(joiner, -1, False)
+                 & (_shifted(folded, -2, -1) == ord("n")) & _shifted(one_apostrophe, -2, False))
+  for word in NEGATORS:
+    negator_end |= ends(word)
+  filler_end = jnp.zeros(length, bool)
+  for word in NEGATION_FILLERS:
+    filler_end |= ends(word)
+  last_hard = jax.lax.cummax(jnp.where(soft, -1, index))  # the last non-soft char up to p
+  owner_start = jax.lax.cummax(jnp.where(word_start, index, -1))
+
+  def word_before(first_L: Array) -> tuple[Array, Array, Array]:
+    """(a negator, a filler, its first char) per word starting at `first`: the word right
+    before it across a run of soft chars (one at least)."""
+    last = last_hard[jnp.maximum(first_L - 1, 0)]
+    joined = (first_L >= 1) & (last >= 0) & (last < first_L - 1)
+    at = jnp.maximum(last, 0)
+    return joined & negator_end[at], joined & filler_end[at], owner_start[at]
+
+  negator1, filler1, first1 = word_before(index)
+  negator2, filler2, first2 = word_before(first1)
+  negator3, _, _ = word_before(first2)
+  negated = negator1 | (filler1 & (negator2 | (filler2 & negator3)))
+  correct_word = whole("correct")
+  verdict_word = correct_word | whole("incorrect")
+  correct_L = correct_word & ~negated
+  # The final line: the line of the answer's last non-whitespace char (`rstrip()`).
+  last_solid = _last(answer & ~space)
+  final_line = _last(newline & (index < last_solid)) + 1
+  on_final_line = verdict_word & (index >= final_line)
+  last_word = _last(verdict_word)
+  readable = last_word >= 0
+  correct = jnp.where(jnp.any(on_final_line), jnp.all(correct_L | ~on_final_line),
+                      readable & correct_L[jnp.maximum(last_word, 0)])
+  return correct, ~readable
+
+
+def reply_reading(bytes_BxL: Array) -> tuple[Array, Array]:
+  """(correct [B], unreadable [B]) of -1-padded UTF-8 replies, read as
+  `judge.judge_verdict` reads the decoded text (True -> correct, None -> unreadable):
+  Python's own Unicode letters, digits and whitespace decide word and line boundaries, so
+  "\u201cCORRECT\u201d" is a verdict and "\u00e9CORRECT" or "CORRECT\u00b2" are not."""
+  return jax.vmap(_read_reply)(jnp.asarray(bytes_BxL))
+
+
 def reply_verdict(bytes_BxL: Array) -> Array:
-  """bool [B]: the reply contains CORRECT and not INCORRECT (`judge.verdict`)."""
-  has = lambda text: jax.vmap(lambda row: device_text.find(row, device_text.encode(text)))(
-      bytes_BxL) >= 0
-  return has("CORRECT") & ~has("INCORRECT")
+  """bool [B]: `judge.judge_verdict` on each reply is True (an unreadable one is False, as
+  the host judge hook returns it)."""
+  return reply_reading(bytes_BxL)[0]
 
 
 def judge_byte_tables(tokenizer, vocab_size: int) -> tuple[tuple[int, ...], np.ndarray,
@@ -133,6 +262,9 @@ class PolicyJudge:
   token_bytes: np.ndarray
   token_lengths: np.ndarray
   _pieces: dict = dataclasses.field(default_factory=dict, repr=False)
+  _counts: dict = dataclasses.field(default_factory=lambda: dict.fromkeys(
+      ("rows", "requests", "correct", "incorrect", "unreadable", "no_request"), 0), repr=False)
+  _lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, repr=False)
 
   @classmethod
   def create(cls, tokenizer, model, prompt: str | JudgePrompt = "act3d",
@@ -169,6 +301,15 @@ class PolicyJudge:
     return (f"PolicyJudge({type(self.model).__name__}, prompt={self.prompt.name!r}, "
             f"temperature={self.sampling.temperature:g}, "
             f"max_tokens={self.sampling.max_new_tokens})")
+
+  def stats(self) -> dict:
+    """`LLMJudge.stats()`'s verdict counts over the host calls (`__call__`): rows, requests
+    (rows with a prediction and a reference, which get a reply), and per request correct,
+    incorrect or unreadable (no verdict word in the reply: False, reported apart);
+    no_request: the other rows. Verdicts inside a compiled rollout stay on device and are
+    not counted (no callback)."""
+    with self._lock:
+      return dict(self._counts)
 
   def state(self) -> tuple:
     """The rollout's judge argument: (model, token bytes [V, K], token lengths [V])."""
@@ -249,12 +390,21 @@ class PolicyJudge:
   def verdicts(self, state: tuple, question_BxLq: Array, answer_BxA: Array,
                references_BxRxLa: Array, key: Array) -> Array:
     """bool [B] inside a traced program; `state` is `self.state()`."""
+    correct, _, answerable = self.readings(state, question_BxLq, answer_BxA,
+                                           references_BxRxLa, key)
+    return correct & answerable
+
+  def readings(self, state: tuple, question_BxLq: Array, answer_BxA: Array,
+               references_BxRxLa: Array, key: Array) -> tuple[Array, Array, Array]:
+    """(correct [B], unreadable [B], answerable [B]) inside a traced program: each reply
+    read by `reply_reading`; a row that is not answerable is False whatever its reply."""
     model, token_bytes, token_lengths = state
     reply, answerable = self._generate(model, question_BxLq, answer_BxA, references_BxRxLa,
                                        key)
     text = reply_bytes(reply.tokens, reply.lengths, token_bytes, token_lengths,
                        self.sampling.stop_tokens)
-    return reply_verdict(text) & answerable
+    correct, unreadable = reply_reading(text)
+    return correct, unreadable, answerable
 
   def _generate(self, model, question_BxLq, answer_BxA, references_BxRxLa, key):
     """(the sampler's Generation, answerable [B]); the shared system prompt is prefilled
@@ -280,10 +430,21 @@ class PolicyJudge:
             for row, n in zip(np.asarray(tokens).tolist(), np.asarray(lengths).tolist())]
 
   def __call__(self, question_BxLq, answer_BxA, references_BxRxLa, key=None) -> np.ndarray:
-    """bool [B] from -1-padded byte ids (the host judge's signature), one jitted call."""
+    """bool [B] from -1-padded byte ids (the host judge's signature), one jitted call;
+    its verdicts are counted in `stats()`."""
     key = jax.random.PRNGKey(0) if key is None else key
-    return np.asarray(_verdicts(self, self.state(), *map(jnp.asarray, (
-        question_BxLq, answer_BxA, references_BxRxLa)), key))
+    correct, unreadable, answerable = map(np.asarray, _readings(
+        self, self.state(), *map(jnp.asarray, (question_BxLq, answer_BxA, references_BxRxLa)),
+        key))
+    with self._lock:
+      counts = self._counts
+      counts["rows"] += len(answerable)
+      counts["requests"] += int(answerable.sum())
+      counts["no_request"] += int((~answerable).sum())
+      counts["unreadable"] += int((answerable & unreadable).sum())
+      counts["correct"] += int((answerable & correct).sum())
+      counts["incorrect"] += int((answerable & ~correct & ~unreadable).sum())
+    return correct & answerable
 
 
 def _jit(fn):
@@ -293,15 +454,15 @@ def _jit(fn):
 
 @functools.cache
 def _compiled():
-  verdicts = _jit(lambda judge, state, q, a, r, key: judge.verdicts(state, q, a, r, key))
+  readings = _jit(lambda judge, state, q, a, r, key: judge.readings(state, q, a, r, key))
 
   def generate(judge, state, q, a, r, key):
     out, _ = judge._generate(state[0], q, a, r, key)  # pylint: disable=protected-access
     return out.tokens, out.lengths
-  return verdicts, _jit(generate)
+  return readings, _jit(generate)
 
 
-def _verdicts(*args):
+def _readings(*args):
   return _compiled()[0](*args)
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from jaxspatial.perception.judge import (PROMPTS, ChatEndpoint, JudgeError, LLMJudge,
                                          act3d_eval_judge, act3d_training_judge,
-                                         peria_fallback_judge, verdict)
+                                         judge_verdict, peria_fallback_judge)
 from tests.perception.chat_server import ChatServer
 from tests.deadline import deadline
 
@@ -45,11 +45,13 @@ def _ids(texts, length) -> np.ndarray:
 
 
 def test_the_verdict_rule_is_act3ds():
-  assert verdict("CORRECT") and verdict("CORRECT.") and verdict("The answer is CORRECT")
-  assert not verdict("INCORRECT")
-  assert not verdict("CORRECT, not INCORRECT")  # both words: not a 1
-  assert not verdict("correct")  # the paper's rule is on the upper-case word
-  assert not verdict("") and not verdict("Maybe")
+  # The full rule's forms: tests/perception/test_judge_verdicts.py.
+  for reply in ["CORRECT", "CORRECT.", "The answer is CORRECT", "correct"]:
+    assert judge_verdict(reply) is True, reply
+  assert judge_verdict("INCORRECT") is False
+  assert judge_verdict("CORRECT, not INCORRECT") is False  # both words: not a 1
+  assert judge_verdict("not CORRECT") is False
+  assert judge_verdict("") is None and judge_verdict("Maybe") is None  # unreadable
 
 
 def test_verdicts_for_matching_nonmatching_and_empty_predictions(server):

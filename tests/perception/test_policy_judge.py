@@ -1,7 +1,7 @@
 """A jaxspatial policy as the judge, inside the compiled program: its prompt is the host
 judge's rendered prompt, its reply equals transformers' greedy reply on the same tokens,
-its verdict is Act3D's rule on that reply, and an Act3D rollout judged by it has no host
-callback and credits exactly those verdicts."""
+its verdict is the host judge's rule (`judge_verdict`) on that reply, and an Act3D rollout
+judged by it has no host callback and credits exactly those verdicts."""
 
 import jax
 import jax.numpy as jnp
@@ -15,9 +15,9 @@ from jaxspatial.models import sampler
 from jaxspatial.envs import act3d
 from jaxspatial.models.qwen2_5_vl.tokenizer import save_processor
 from jaxspatial.perception import judges
-from jaxspatial.perception.judge import PROMPTS, decode_ids, one_line, verdict
-from jaxspatial.perception.policy_judge import (PolicyJudge, render_chat, reply_bytes,
-                                                reply_verdict, judge_byte_tables)
+from jaxspatial.perception.judge import PROMPTS, decode_ids, judge_verdict, one_line
+from jaxspatial.perception.policy_judge import (PolicyJudge, judge_byte_tables, render_chat,
+                                                reply_bytes, reply_reading, reply_verdict)
 from jaxspatial.rollout import agents, automaton as am, episode, observation, tiny
 from tests import chat_templates, judge_policies
 
@@ -131,7 +131,8 @@ def test_the_prompt_is_the_host_judges_rendered_prompt(judge_policy, template):
 def test_the_reply_verdict_is_act3ds_rule(judge_policy):
   tok, model, *_ = judge_policy
   replies = ["CORRECT", "INCORRECT", "The prediction is CORRECT.", "correct", "CORR", "",
-             "CORRECT, not INCORRECT", "<|im_end|>CORRECT", "C O R R E C T", " INCORRECT\n"]
+             "CORRECT, not INCORRECT", "<|im_end|>CORRECT", "C O R R E C T", " INCORRECT\n",
+             "not CORRECT", "<think>INCORRECT?</think> Correct", "caf\u00e9: correct"]
   encoded = [tok.encode(r, add_special_tokens=False) for r in replies]
   # "CORRECT" spelled byte by byte too: the rule reads bytes across token boundaries.
   byte_tokens = PolicyJudge.create(tok, model).byte_tokens
@@ -147,7 +148,10 @@ def test_the_reply_verdict_is_act3ds_rule(judge_policy):
   text = reply_bytes(jnp.asarray(tokens), jnp.asarray(count), jnp.asarray(table),
                      jnp.asarray(lengths))
   served = [tok.decode(e, skip_special_tokens=True) for e in encoded]
-  np.testing.assert_array_equal(np.asarray(reply_verdict(text)), [verdict(s) for s in served])
+  host = [judge_verdict(s) for s in served]
+  np.testing.assert_array_equal(np.asarray(reply_verdict(text)), [v is True for v in host])
+  np.testing.assert_array_equal(np.asarray(reply_reading(text)[1]), [v is None for v in host])
+  assert (host.count(True), host.count(None)) == (7, 3)  # "correct" is True, "CORR" None
 
 
 def test_verdicts_are_act3ds_rule_on_transformers_greedy_replies(judge_policy):
@@ -155,7 +159,7 @@ def test_verdicts_are_act3ds_rule_on_transformers_greedy_replies(judge_policy):
   judge = PolicyJudge.create(tok, model, "act3d", temperature=0.0, max_tokens=3)
   q, a, r = _fields()
   ids, mask, answerable = jax.device_get(judge.prompt_ids(*map(jnp.asarray, (q, a, r))))
-  expected = []
+  expected, readings = [], []
   for b in range(len(q)):
     real = torch.tensor(ids[b][mask[b]][None].astype(np.int64))
     with torch.no_grad():
@@ -165,9 +169,16 @@ def test_verdicts_are_act3ds_rule_on_transformers_greedy_replies(judge_policy):
                                pad_token_id=judge.sampling.pad_token)
     reply = tok.decode(out[0, real.shape[1]:].tolist(), skip_special_tokens=True)
     assert judge.replies(q[b:b + 1], a[b:b + 1], r[b:b + 1])[0] == reply, b
-    expected.append(verdict(reply) and answerable[b])
+    readings.append(judge_verdict(reply) if answerable[b] else "no_request")
+    expected.append(readings[-1] is True)
+  assert judge.stats() == dict.fromkeys(judge.stats(), 0)
   got = judge(q, a, r)
   np.testing.assert_array_equal(got, expected)
+  named = {True: "correct", False: "incorrect", None: "unreadable", "no_request": "no_request"}
+  stats = judge.stats()
+  assert stats == {"rows": len(q), "requests": int(answerable.sum()),
+                   **{key: [named[v] for v in readings].count(key)
+                      for key in ("correct", "incorrect", "unreadable", "no_request")}}
   first = [reply.startswith("CORRECT") for reply in judge.replies(q, a, r)]
   assert any(first) and not all(first)  # the replies depend on the case
 
