@@ -58,6 +58,7 @@ class Protocol:
   number_rule: str = "vsibench"
   inclusive: bool = False
   extract: str = "answer_block"
+  judge_all: bool = False  # with a judge, it scores every question (HR-Bench's scorer)
   keep: Callable[[BenchmarkQuestion], bool] = lambda question: True
 
   def category(self, question: BenchmarkQuestion) -> str:
@@ -75,6 +76,11 @@ class Protocol:
   def select(self, questions: Sequence[BenchmarkQuestion]) -> list[BenchmarkQuestion]:
     """The questions this protocol evaluates (VSI-Bench-tiny: its four types)."""
     return [q for q in questions if self.keep(q)]
+
+  def judged(self, question: BenchmarkQuestion) -> bool:
+    """Whether a judge, when one is given, scores this question: open answers (exact match
+    otherwise), or every question of a judge-scored benchmark."""
+    return self.judge_all or self.metric(question) == "exact_match"
 
   def score(self, question: BenchmarkQuestion, prediction) -> float:
     """One question's score: the prediction's text (or a verdict given as a number) under
@@ -142,10 +148,11 @@ PROTOCOLS = {
                         metric=lambda question: "relaxed_accuracy"),
     # HR-Bench: fine-grained single-instance (FSP) and cross-instance (FCP) perception,
     # overall their mean.
+    # With a judge (`--judge_endpoint`), HR-Bench's scorer: an LLM's yes / no on each answer.
     "hrbench": Protocol("hrbench", columns=HRBENCH_TYPES,
                         labels=dict(zip(HRBENCH_TYPES, ("FSP", "FCP"))), overall="macro",
                         groups={"single": ("single", "single_instance"),
-                                "cross": ("cross", "cross_instance")}),
+                                "cross": ("cross", "cross_instance")}, judge_all=True),
 }
 
 

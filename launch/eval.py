@@ -25,7 +25,8 @@ run.json. Answers are scored as each benchmark's official evaluation code reads 
 `--letter_rule` / `--extract` pick a named option (a paper's own script, the strict letter).
 An endpoint's key is read from the environment variable `--api_key_env` names.
 `--judge_endpoint URL --judge_model NAME`: open answers (ScanQA, SQA3D) scored by an LLM
-judge's verdict (Act3D's evaluation judge: temperature 0, 4 tokens). Think3D on a benchmark
+judge's verdict (Act3D's evaluation judge: temperature 0, 4 tokens); HR-Bench's every
+answer by the judge's yes / no, as HR-Bench's own scorer does. Think3D on a benchmark
 built without clouds: `--config.reconstruction.backend=pi3
 --config.reconstruction.checkpoint=DIR` reconstructs each question's views online; PERIA's
 perception tools: `--config.perception.tools=...` (a --checkpoint backend).
@@ -123,6 +124,7 @@ def _benchmark() -> dict:
   if _JUDGE_ENDPOINT.value:
     judge = make_judge({"url": _JUDGE_ENDPOINT.value, "model": _JUDGE_MODEL.value or "",
                         "api_key_env": _JUDGE_KEY_ENV.value or None},
+                       "hrbench" if _BENCHMARK.value == "hrbench" else
                        "peria" if _AGENT.value == "peria" else "act3d_eval")
   return run_benchmark(_BENCHMARK.value, _DATA_DIR.value, _OUT.value, backend, agent=agent,
                        seeds=tuple(range(_SEEDS.value)), split=_SPLIT.value or "test",

@@ -193,9 +193,29 @@ def episodes_html(questions: dict[str, BenchmarkQuestion], episodes: dict[str, l
   return "\n".join(parts)
 
 
-def judge_verdicts(judge, tasks, texts: Sequence[str]) -> np.ndarray:
+def judge_case(question: BenchmarkQuestion) -> tuple[str, list[str]]:
+  """(the question as the judge reads it, its references): a multiple-choice question with
+  its options listed and the right option as "B. text" (HR-Bench's judge case)."""
+  if not question.options:
+    return question.question, list(question.answers or (question.answer,))
+  letters = "ABCDEFGHIJ"
+  listed = [o if o[:2] == f"{letters[k]}." else f"{letters[k]}. {o}"
+            for k, o in enumerate(question.options)]
+  text = question.question if all(o in question.question for o in listed) else (
+      question.question + "\n" + "\n".join(listed))
+  right = letters.find(question.answer.strip().upper())
+  return text, [listed[right] if 0 <= right < len(listed) else question.answer]
+
+
+def judge_verdicts(judge, tasks, texts: Sequence[str],
+                   questions: Sequence[BenchmarkQuestion] = ()) -> np.ndarray:
   """bool [len(texts)]: the judge's verdict on each row's answer text against the task's
-  reference answers (the rollout's host-judge signature)."""
+  reference answers: an LLMJudge on the questions' strings (`judge_case`), another judge
+  through the rollout's host-judge signature (byte ids of the tasks)."""
+  if questions and hasattr(judge, "judge_texts"):
+    cases = [judge_case(q) for q in questions]
+    return np.asarray(judge.judge_texts([c[0] for c in cases], list(texts),
+                                        [c[1] for c in cases]), bool)
   answers = np.full((len(texts), ANSWER_BYTES), -1, np.int32)
   for row, text in enumerate(texts):
     data = np.frombuffer(text.encode("utf-8")[:ANSWER_BYTES], np.uint8)
@@ -215,7 +235,8 @@ def run_benchmark(benchmark: str, data_dir, out_dir, backend, *, agent=None,
   scoring rules by a named option (`data_pipelines.protocols.protocol`).
   `settings` defaults to ("no_tools", "tools") with an agent, ("no_tools",) without.
   `judge` (an `LLMJudge`, e.g. Act3D's evaluation judge): open questions (the protocol's
-  exact-match metric) score its verdict instead of exact match."""
+  exact-match metric), or every question of a judge-scored protocol (HR-Bench), score its
+  verdict."""
   spec = named_protocol(benchmark, **(rules or {}))
   source = load_benchmark(DATASETS.get(benchmark, benchmark), data_dir, split)
   questions = spec.select(stored_questions(source, benchmark))
@@ -256,12 +277,13 @@ def run_benchmark(benchmark: str, data_dir, out_dir, backend, *, agent=None,
           prompts = [system_prompt(spec, by_id[i]) for i in ids]
           results = backend.answers(tasks, prompts, seed)
         verdicts = None
-        if judge is not None and any(spec.metric(by_id[i]) == "exact_match" for i in ids):
-          verdicts = judge_verdicts(judge, tasks, [e.prediction for e in results[:real]])
+        if judge is not None and any(spec.judged(by_id[i]) for i in ids):
+          verdicts = judge_verdicts(judge, tasks, [e.prediction for e in results[:real]],
+                                    [by_id[i] for i in ids])
         for k, (qid, episode) in enumerate(zip(ids, results[:real])):
           episode.question_id = qid
           answers[qid] = episode.prediction
-          if verdicts is not None and spec.metric(by_id[qid]) == "exact_match":
+          if verdicts is not None and spec.judged(by_id[qid]):
             judged[(setting, int(seed), qid)] = float(verdicts[k])
           if seed == seeds[0] and len(kept) < episodes:
             kept.append(episode)

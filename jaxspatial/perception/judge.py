@@ -336,6 +336,14 @@ class JudgePrompt:
   prediction_label: str
   question_label: str = "Question"
   closing: str = "Verdict (CORRECT or INCORRECT):"
+  # How the reply is read: "correct_incorrect" (`judge_verdict`, Act3D's rule) or "yes_no"
+  # (`yes_no_verdict`, HR-Bench's).
+  reading: str = "correct_incorrect"
+
+  def verdict(self, content, reasoning_content=None) -> bool | None:
+    if self.reading == "yes_no":
+      return yes_no_verdict(content, reasoning_content)
+    return judge_verdict(content, reasoning_content)
 
   def messages(self, question: str, prediction: str, references: Sequence[str]) -> list[dict]:
     lines = [f"{self.question_label}: {one_line(question)}", f"{self.references_label}:"]
@@ -379,6 +387,16 @@ PROMPTS = {
                 + " Reply with exactly one word: CORRECT if equivalent, INCORRECT "
                 "otherwise."),
         references_label="Ground truth", prediction_label="Prediction"),
+    # HR-Bench's scorer (an LLM asked whether the answer is right, read as yes / no); our
+    # wording of its case: the question with its options, the right option, the answer.
+    "hrbench": JudgePrompt(
+        name="hrbench",
+        system=("You check answers to multiple-choice questions about a high-resolution "
+                "image. The answer to check is right if it picks the correct option (by "
+                "its letter or its text), wrong if it picks another, several or none. "
+                + _DATA_NOT_INSTRUCTIONS + " Reply with only yes or no."),
+        references_label="Correct option", prediction_label="Answer to check",
+        closing="Is the answer to check right (yes or no)?", reading="yes_no"),
 }
 
 
@@ -458,6 +476,26 @@ def judge_verdict(content, reasoning_content=None) -> bool | None:
       on_final_line = True
       final_line_correct &= last
   return final_line_correct if on_final_line else last
+
+
+def yes_no_verdict(content, reasoning_content=None) -> bool | None:
+  """HR-Bench's reading of its judge (hrbench/vlmeval/dataset/utils/hrbench.py
+  `parse_score`): the reply lower-cased, "yes" at its very start is right, "no" wrong;
+  anything else scores 0 there and is unreadable (None) here. A leading reasoning block
+  (`strip_reasoning`) and the whitespace after it are dropped first (not in HR-Bench, whose
+  judge does not think); `reasoning_content` is never read."""
+  del reasoning_content
+  if not isinstance(content, str):
+    return None
+  answer = strip_reasoning(content)
+  if len(answer) != len(content):
+    answer = answer.lstrip()
+  lower = answer[:3].translate(_ASCII_LOWER)
+  if lower.startswith("yes"):
+    return True
+  if lower.startswith("no"):
+    return False
+  return None
 
 
 def decode_ids(ids, where: str = "ids") -> str:
@@ -549,7 +587,7 @@ class LLMJudge:
     records = []
     for i, reply in zip(rows, replies):
       reasoning = getattr(reply, "reasoning", None)
-      verdicts[i] = judge_verdict(reply, reasoning)
+      verdicts[i] = self.prompt.verdict(reply, reasoning)
       records.append({"question": _clip(questions[i]), "prediction": _clip(predictions[i]),
                       "reply": _clip(str(reply)), "reasoning": _clip(reasoning),
                       "verdict": _VERDICT_NAMES[verdicts[i]]})

@@ -26,6 +26,8 @@ PRESETS = {  # prompt, temperature, max_tokens
     "act3d_training": ("act3d", 0.1, 64),
     "act3d_eval": ("act3d_eval", 0.0, 4),
     "peria": ("peria", 0.0, 16),
+    # HR-Bench's scorer samples at 0.2 (with top_p 0.8, top_k 40: not sent).
+    "hrbench": ("hrbench", 0.2, 8),
 }
 
 

@@ -278,6 +278,10 @@ class PolicyJudge:
       if prompt not in PROMPTS:
         raise ValueError(f"PolicyJudge: unknown prompt {prompt!r}; known: {sorted(PROMPTS)}")
       prompt = PROMPTS[prompt]
+    if prompt.reading != "correct_incorrect":
+      raise ValueError(f"PolicyJudge: prompt {prompt.name!r} is read as {prompt.reading!r}; "
+                       "the on-device judge reads CORRECT / INCORRECT only (serve the judge "
+                       "and pass its url instead)")
     if int(max_tokens) != max_tokens or max_tokens < 1:
       raise ValueError(f"PolicyJudge.max_tokens: expected an integer >= 1, got {max_tokens!r}")
     if temperature != 0 and not 1e-3 <= temperature:

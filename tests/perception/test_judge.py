@@ -266,8 +266,11 @@ def test_the_api_key_comes_from_the_environment(server, monkeypatch):
 
 def test_settings_are_checked():
   with pytest.raises(ValueError, match=r"unknown prompt 'scanqa'; known: \['act3d', "
-                     r"'act3d_eval', 'peria'\]"):
+                     r"'act3d_eval', 'hrbench', 'peria'\]"):
     LLMJudge(ChatEndpoint("http://127.0.0.1:1/v1", "m"), "scanqa")
+  from jaxspatial.perception.policy_judge import PolicyJudge  # pylint: disable=import-outside-toplevel
+  with pytest.raises(ValueError, match="prompt 'hrbench' is read as 'yes_no'"):
+    PolicyJudge.create(None, None, "hrbench")
   with pytest.raises(ValueError, match=r"expected timeout_s > 0, retries >= 0, concurrency "
                      r">= 1"):
     ChatEndpoint("http://127.0.0.1:1/v1", "m", concurrency=0)
