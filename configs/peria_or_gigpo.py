@@ -11,7 +11,8 @@ Data (the reference variant): ChartQA, one of PERIA's image benchmarks and the o
 training split our builders read, `spatial_benchmark/chartqa` split "train"
 (train/train_human.json + train_augmented.json + train/png/, 28,299 questions) and "test"
 (test/, 2,500; `launch.eval --benchmark chartqa` scores ChartQA's relaxed accuracy per
-part, the recipe's own evaluation the device's rule judge unless `judge.url`). SRC is the
+part, the recipe's own evaluation PERIA's reward rule (the public manager's) unless
+`judge.url`). SRC is the
 "ChartQA Dataset" folder of github.com/vis-nlp/ChartQA. Charts are letterboxed to 800 x
 600 (`agent.width` x `agent.height`: the run refuses another stored size, naming both);
 image 0 of each episode is the task's chart (envs/peria.py), and the scenes have no point

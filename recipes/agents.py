@@ -470,9 +470,10 @@ class AgentRecipe(Experiment):
   def train_batch(self, phase, step):
     return self.teacher.batch(step, self.c.sft.batch // jax.process_count())
 
-  def rewards(self, traj) -> jax.Array:
-    """The agent's reward: the device's, or a host reward from the model text (PERIA)."""
-    host = self.agent.host_rewards(jax.tree.map(local_rows, traj), self.tokenizer)
+  def rewards(self, traj, tasks) -> jax.Array:
+    """The agent's reward: the device's, or a host reward from the text (PERIA: the public
+    reward manager's, its R_correct from `tasks`' references, this process's rows)."""
+    host = self.agent.host_rewards(jax.tree.map(local_rows, traj), self.tokenizer, tasks)
     return traj.reward if host is None else global_batch(host, self.mesh)
 
   def rollout(self, phase, step, key):
@@ -480,7 +481,7 @@ class AgentRecipe(Experiment):
     tasks, _ = next(self.data_iterator)
     tasks = jax.tree.map(lambda x: np.repeat(x, c.advantage.group_size, axis=0), tasks)
     traj = self.run(self.model, tasks, key, mesh=self.mesh)
-    rewards = self.rewards(traj)
+    rewards = self.rewards(traj, tasks)
     metrics = dict(traj.metrics())
     metrics.update(reward=jnp.mean(rewards), tokens=jnp.sum(traj.loss_mask),
                    accuracy=jnp.mean(traj.reward_components[self.agent.accuracy_key]))

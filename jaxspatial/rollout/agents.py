@@ -81,9 +81,10 @@ class Act3DAgent(turns.AnswerTurns):
         image_tokens, prefill=self.prefill) for row in range(len(tasks.question_ids))]
     return prompts.left_padded(tokenizer, texts, length)
 
-  def host_rewards(self, rows, tokenizer):
-    """Rewards that need the model's text ([B] numpy), or None: the device's reward."""
-    del rows, tokenizer
+  def host_rewards(self, rows, tokenizer, tasks=None):
+    """Rewards that need the model's text ([B] numpy), or None: the device's reward.
+    `tasks`: the rows' tasks (numpy), for rewards that read the references."""
+    del rows, tokenizer, tasks
     return None
 
   def call_turn(self, thought: str, action: str, distance=None) -> str:
@@ -232,8 +233,8 @@ class Think3DAgent(turns.AnswerTurns):
                                      views, np.minimum(tasks.num_input_cameras, views),
                                      length, prefill=self.prefill)
 
-  def host_rewards(self, rows, tokenizer):
-    del rows, tokenizer
+  def host_rewards(self, rows, tokenizer, tasks=None):
+    del rows, tokenizer, tasks
     return None
 
   def call_turn(self, thought: str, camera: int, azimuth, elevation, ego: bool = False) -> str:

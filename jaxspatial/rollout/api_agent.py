@@ -41,8 +41,10 @@ Reward: the agent's device reward (`agent.reward`, jitted) on the recorded answe
 final turn's first <answer>...</answer> after its thinking, ANSWER_BYTES, as on device), the
 final environment state and the task; a host judge `judge(question [B, Lq], answer [B, A],
 references [B, R, La]) -> bool [B]` (e.g. `perception.LLMJudge`) replaces the rule judge as
-in `compile_rollout(judge=)`. PERIA also gets its host reward (`host_reward`: R_rep + R_format
-from the replies' text + R_correct, `papers.peria_reward_text`), as its recipe trains on.
+in `compile_rollout(judge=)`, asked only about the rows the agent's `judge_asks` names (PERIA:
+its gate, `PeriaAgent.rule_and_gate`). PERIA also gets its host reward (`host_reward`: R_rep from the
+replies' text, R_format and R_correct from the whole response with the observation
+messages, `papers.peria_reward_text`), as its recipe trains on.
 
 Failures: `on_error="raise"` (default) raises the endpoint's error (a failed request after its
 retries, the budget spent); `"end"` ends that episode with `error` set (no answer; its reward
@@ -293,6 +295,27 @@ def _rewards(agent, states, tasks, answers, answered, malformed, verdict):
       states, tasks, answers, answered, malformed, verdict)
 
 
+@functools.partial(jax.jit, static_argnums=0)
+def _judge_asks(agent, tasks, answers, answered):
+  return jax.vmap(agent.judge_asks)(tasks, answers, answered)
+
+
+def peria_response_text(messages: Sequence[dict]) -> str:
+  """An episode's response as PERIA's reward manager decodes it, rebuilt from the
+  conversation: from the first reply on, each reply's text, and each observation message's
+  text as its chat turn decodes with special tokens skipped ("\\nuser\\n" + its text parts +
+  "\\nassistant\\n"; images and chat markers are special tokens)."""
+  first = next((i for i, m in enumerate(messages) if m["role"] == "assistant"), len(messages))
+  parts = []
+  for message in messages[first:]:
+    content = message["content"]
+    if not isinstance(content, str):
+      content = "".join(p.get("text", "") for p in content if p.get("type") == "text")
+    parts.append(content if message["role"] == "assistant" else
+                 f"\n{message['role']}\n{content}\nassistant\n")
+  return "".join(parts)
+
+
 def _send(endpoint, requests: list[dict], on_error: str) -> list[tuple[str | None, str | None]]:
   """(reply, error) per request, all at once."""
   if not requests:
@@ -436,8 +459,14 @@ def api_rollout(endpoint, agent, tasks, key=None, *, max_tokens: int = 1024,
   malformed = np.asarray([r["malformed"] for r in records])
   verdict = None
   if judge is not None:
-    verdict = np.asarray(judge(np.asarray(tasks.question_ids), answers,
-                               np.asarray(tasks.answer_ids)), bool).reshape(batch)
+    # Only the rows the agent asks about (`judge_asks`; PERIA: its gate) go to the judge.
+    asked = np.flatnonzero(np.asarray(_judge_asks(agent, tasks, jnp.asarray(answers),
+                                                  jnp.asarray(answered))))
+    verdict = np.zeros(batch, bool)
+    if len(asked):
+      verdict[asked] = np.asarray(judge(np.asarray(tasks.question_ids)[asked], answers[asked],
+                                        np.asarray(tasks.answer_ids)[asked]),
+                                  bool).reshape(len(asked))
   final = jax.tree.map(lambda *x: np.stack(x), *states)
   rewards, components = jax.device_get(_rewards(
       agent, final, tasks, jnp.asarray(answers), jnp.asarray(answered), jnp.asarray(malformed),
@@ -449,9 +478,13 @@ def api_rollout(endpoint, agent, tasks, key=None, *, max_tokens: int = 1024,
     record["host_reward"] = None
     if getattr(agent, "name", "") == "peria":
       from jaxspatial.rl.rewards.papers import peria_reward_text  # pylint: disable=import-outside-toplevel
+      from jaxspatial.rollout.peria_agent import reference_texts  # pylint: disable=import-outside-toplevel
       record["host_reward"] = float(peria_reward_text(
           "".join(record["turns"]), max(record["turns_used"], 1),
-          record["reward_components"]["correct"]))
+          reference_texts(np.asarray(tasks.answer_ids)[b:b + 1],
+                          np.asarray(tasks.answer_choice)[b:b + 1])[0],
+          response_text=peria_response_text(record["messages"]),
+          judge=record["reward_components"]["judged"] > 0))
   return records
 
 

@@ -505,9 +505,12 @@ def rollout(model, agent, automaton: TokenAutomaton, template: ObservationTempla
     verdict = judge.verdicts(judge_state, tasks.question_ids, record["answer"],
                              tasks.answer_ids, jax.random.fold_in(key, 2 ** 22))
   elif judge is not None:
+    # Rows the agent does not ask about (PERIA: the rule already decided) go blank: the
+    # judge answers them False without a request.
+    asks = jax.vmap(agent.judge_asks)(tasks, record["answer"], answered)
     verdict = jax.experimental.io_callback(
-        judge, jax.ShapeDtypeStruct((batch,), jnp.bool_), tasks.question_ids, record["answer"],
-        tasks.answer_ids, ordered=False)
+        judge, jax.ShapeDtypeStruct((batch,), jnp.bool_), tasks.question_ids,
+        jnp.where(asks[:, None], record["answer"], -1), tasks.answer_ids, ordered=False)
   reward, components = jax.vmap(
       lambda s, t, a, ok, bad, v: agent.reward(s, t, a, ok, bad, v),
       in_axes=(0, 0, 0, 0, 0, None if verdict is None else 0))(

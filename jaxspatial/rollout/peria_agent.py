@@ -18,7 +18,6 @@ import dataclasses
 import functools
 from typing import ClassVar
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -58,8 +57,10 @@ TEXT_VARIANT = FORMAT_ERROR_VARIANT + 1  # only with perception tools
 @dataclasses.dataclass(frozen=True)
 class PeriaAgent(turns.AnswerTurns):
   """PERIA: the public server's six interaction tools on the episode's image list, then an
-  answer: an option letter for multiple-choice tasks, else a phrase judged against the
-  reference. R_format + R_correct on device; R_rep is the host's (it needs the text).
+  answer checked by the public reward manager's rule (`device_text.peria_correct`) against
+  the references: a multiple-choice task's reference is its option letter, an open one's
+  its answer texts. R_format + R_correct on device; R_rep is the host's (it needs the
+  text), and the host recomputes R_format and R_correct from the text (`text_rewards`).
 
   continue_on_format_error: an unparseable turn gets PERIA_FORMAT_ERROR and the episode
   goes on, as in the public environment (False: it ends the episode as malformed).
@@ -100,11 +101,17 @@ class PeriaAgent(turns.AnswerTurns):
              for q in tasks.question_ids]
     return prompts.left_padded(tokenizer, texts, length)
 
-  def host_rewards(self, rows, tokenizer):
-    """R_rep + R_format from the model text + the device's R_correct (`text_rewards`);
-    `rows` is this process's trajectory rows as numpy."""
+  def host_rewards(self, rows, tokenizer, tasks=None):
+    """PERIA's training reward from the text, the public reward manager's (`text_rewards`):
+    R_rep on the model text, R_format and R_correct on the whole response. `rows`: this
+    process's trajectory rows as numpy; `tasks`: their tasks (numpy, the same rows), for
+    R_correct's references; without them R_correct is the device's."""
+    references = None if tasks is None else reference_texts(tasks.answer_ids,
+                                                            tasks.answer_choice)
     return text_rewards(rows.tokens, rows.loss_mask, rows.turn_active.sum(-1),
-                        rows.reward_components["correct"], tokenizer)
+                        rows.reward_components["correct"], tokenizer,
+                        attention_mask_BxS=rows.attention_mask, references=references,
+                        judged_B=rows.reward_components.get("judged"))
 
   def call_turn(self, thought: str, tool: str, image_index: int, points=(),
                 label: str | None = None, text: str | None = None,
@@ -287,20 +294,61 @@ class PeriaAgent(turns.AnswerTurns):
       mask = jnp.where(called, tool_mask, mask)
     return state.replace(text_ids=ids, text_mask=mask)
 
-  def reward(self, state, task, answer_bytes, answered, malformed, judge=None):
-    del malformed  # a truncated episode (calls, no answer) scores 0, a broken one -1
+  def rule_and_gate(self, task, answer_bytes, answered):
+    """(the public rule's verdict, whether a host judge's verdict counts) of one episode's
+    answer against its references (`reference_ids`): the judge counts only where the public
+    manager asks it: the rule failed, the prediction is non-empty, and not both the
+    prediction and the one reference a single word (`device_text.peria_correct`).
+
+    The prediction is the answer the rollout recorded: the final turn's first
+    <answer>...</answer> after its first </think>, its first ANSWER_BYTES (128) bytes. The
+    public manager reads the whole response: its first <answer>...</answer> in any case
+    (one written inside a turn's thinking would be it), else the text after the first
+    </think> (a cut-off episode's calls and observations, which no rule matches, though
+    its judge may be asked). Here an episode without an answer scores 0, unjudged. The host
+    text reward (`text_rewards`) reads the response as the public manager does."""
     prediction = jnp.where(answered, answer_bytes, -1)
-    letter = device_text.option_letter(prediction, 0, prediction.shape[-1])
-    references = task.answer_ids  # [R, La]: any annotated answer
-    rule = jnp.any((references[:, 0] >= 0) & jax.vmap(
-        lambda r: device_text.rule_judge(prediction, r))(references))
-    verdict = rule if judge is None else rule | judge  # the LLM judge is the fallback
-    correct = answered & jnp.where(task.answer_choice >= 0,
-                                   (letter >= 0) & (letter == task.answer_choice), verdict)
+    rule, gate = device_text.peria_correct(prediction, reference_ids(task))
+    return rule & answered, gate & answered
+
+  def reward(self, state, task, answer_bytes, answered, malformed, judge=None):
+    """R_format (the grammar's) + R_correct: the public rule on the answer, or the judge's
+    YES where its gate lets it (`rule_and_gate`; a verdict outside the gate is ignored, so
+    a judge asked about every row scores as one asked about the gated rows only).
+    Components: correct, format, judged (the judge overturned the rule), interactions."""
+    del malformed  # a truncated episode (calls, no answer) scores 0, a broken one -1
+    rule, gate = self.rule_and_gate(task, answer_bytes, answered)
+    judged = jnp.zeros_like(gate) if judge is None else gate & judge
+    correct = rule | judged
     reward = peria_reward(answered, state.calls, correct)
     return reward, {"correct": correct.astype(jnp.float32),
                     "format": reward - correct,
+                    "judged": judged.astype(jnp.float32),
                     "interactions": state.calls.astype(jnp.float32)}
+
+
+  def judge_asks(self, task, answer_bytes, answered):
+    """The public manager's gate (`rule_and_gate`): the judge is asked only where its
+    verdict can count."""
+    return self.rule_and_gate(task, answer_bytes, answered)[1]
+
+
+def reference_ids(task):
+  """[R, La] the references PERIA's rule compares an answer with: a multiple-choice task's
+  option letter ("A" + answer_choice, what the public data's ground truth holds and the
+  options in the question are labelled with; its option text does not count), else the
+  task's answer texts."""
+  letter = jnp.full_like(task.answer_ids, -1).at[0, 0].set(ord("A") + task.answer_choice)
+  return jnp.where(task.answer_choice >= 0, letter, task.answer_ids)
+
+
+def reference_texts(answer_ids_BxRxLa, answer_choice_B) -> list[list[str]]:
+  """`reference_ids` on the host for a batch: per task its reference strings."""
+  out = []
+  for ids, choice in zip(np.asarray(answer_ids_BxRxLa), np.asarray(answer_choice_B)):
+    out.append([chr(ord("A") + int(choice))] if choice >= 0 else
+               [decode_text(row) for row in ids if row.size and row[0] >= 0])
+  return out
 
 
 def _checked_text(tool: str, text) -> str:
@@ -313,13 +361,39 @@ def _checked_text(tool: str, text) -> str:
   return text
 
 
-def text_rewards(tokens_BxS, loss_mask_BxS, turns_B, correct_B, tokenizer) -> np.ndarray:
-  """PERIA's reward from each episode's model text (its generated tokens, user turns
-  left out), as the public reward manager computes it: R_rep + R_format (its text rules:
-  a `</think>` before every `<action>`, ...) + R_correct (from the rollout). The device's
-  R_format reads the grammar and agrees unless a malformed turn was retried
-  (`continue_on_format_error`): then only the text tells whether it lacked `</think>`."""
+def response_text(tokens_S, loss_mask_S, attention_mask_S, tokenizer) -> str:
+  """The response as the public reward manager decodes it: every attended token from the
+  first generated one on (the model's turns and the observation messages between them),
+  special tokens skipped."""
+  generated = np.flatnonzero(np.asarray(loss_mask_S, bool))
+  if not len(generated):
+    return ""
+  keep = np.asarray(attention_mask_S, bool).copy()
+  keep[:generated[0]] = False
+  return tokenizer.decode(np.asarray(tokens_S)[keep], skip_special_tokens=True)
+
+
+def text_rewards(tokens_BxS, loss_mask_BxS, turns_B, correct_B, tokenizer, *,
+                 attention_mask_BxS=None, references=None, judged_B=None) -> np.ndarray:
+  """PERIA's reward from each episode's text, as the public reward manager computes it
+  (`papers.peria_reward_text`): R_rep on the model text (its generated tokens, user turns
+  left out); R_format (a `</think>` before the first action, complete tags, any case) and
+  R_correct's prediction on the whole response (`response_text`; without
+  `attention_mask_BxS`, the model text). R_correct: the public rule against `references`
+  (per row its strings, `reference_texts`), 1 also where the device's judge overturned the
+  rule (`judged_B`) and the host's gate agrees; without references the device's `correct_B`.
+  The device's R_format reads the grammar and agrees unless a malformed turn was retried
+  (`continue_on_format_error`): only the text tells whether it lacked `</think>`, and the
+  format-error message itself holds a complete `<action>...</action>`, which the public
+  rule counts (a cut-off episode after it scores 0, not -1)."""
   tokens, loss = np.asarray(tokens_BxS), np.asarray(loss_mask_BxS, bool)
-  return np.asarray([peria_reward_text(tokenizer.decode(tokens[b][loss[b]]),
-                                       max(int(turns_B[b]), 1), float(correct_B[b]))
-                     for b in range(tokens.shape[0])], np.float32)
+  out = []
+  for b in range(tokens.shape[0]):
+    model_text = tokenizer.decode(tokens[b][loss[b]])
+    response = model_text if attention_mask_BxS is None else response_text(
+        tokens[b], loss[b], np.asarray(attention_mask_BxS)[b], tokenizer)
+    judged = judged_B is not None and bool(np.asarray(judged_B)[b] > 0)
+    out.append(peria_reward_text(
+        model_text, max(int(turns_B[b]), 1), None if references is None else references[b],
+        response_text=response, judge=judged, correct=float(correct_B[b])))
+  return np.asarray(out, np.float32)

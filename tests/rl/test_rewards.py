@@ -130,10 +130,12 @@ def test_peria_format_repetition_and_maptrace():
   assert text.peria_format("no tags at all") == -1
   assert text.peria_format("<think>a</think><action>{}</action>") == 0
   assert text.peria_format("<think>a</think><answer>x</answer>") == 1
+  # An action is fine once some </think> has ended before it (the public rule).
   assert text.peria_format("<think>a</think><action>1</action><action>2</action>"
-                           "<answer>x</answer>") == -1
+                           "<answer>x</answer>") == 1
   assert text.peria_format("<action>1</action><think>a</think><answer>x</answer>") == -1
-  assert peria_reward_text("<think>a</think><answer>x</answer>", 1, 1.0) == 2.0
+  assert peria_reward_text("<think>a</think><answer>x</answer>", 1, ["x"]) == 2.0
+  assert peria_reward_text("<think>a</think><answer>x</answer>", 1, correct=1.0) == 2.0
   d = jnp.asarray([0.2, 0.3, 0.5, 0.55, 0.8, 1.0, 1.2])
   np.testing.assert_allclose(maptrace_reward(d, "paper"), [1, 1, 0.6, 0.5, 0, 0, 0], atol=1e-6)
   np.testing.assert_allclose(maptrace_reward(d, "code"), [1, 1, 1, 0.95, 0.7, 0.5, 0], atol=1e-6)

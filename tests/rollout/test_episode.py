@@ -110,8 +110,11 @@ def test_other_policy_families_roll_out_as_the_host_reference(family):
     logp = jax.nn.log_softmax(logits[:, :-1], -1)
     expected = jnp.take_along_axis(logp, jnp.asarray(traj.tokens)[:, 1:, None], -1)[..., 0]
     generated = np.asarray(traj.loss_mask[:, 1:])
+    # Float32 recurrent (rollout) against chunked (forward) delta rule: a log-probability
+    # near -8 differs by up to 3e-4 on some CPUs (3e-5 relative).
     np.testing.assert_allclose(np.asarray(expected)[generated],
-                               np.asarray(traj.logprobs[:, 1:])[generated], atol=2e-4)
+                               np.asarray(traj.logprobs[:, 1:])[generated], atol=2e-4,
+                               rtol=1e-4)
 
 
 def _call(action, distance=None):

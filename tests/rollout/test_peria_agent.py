@@ -3,6 +3,7 @@ with the public tools' calls, its reward follows PERIA's format and correctness 
 its messages are the public environment's (PEDIA's train_tool_server, written out here)."""
 
 import random
+import types
 
 import jax
 import jax.numpy as jnp
@@ -13,8 +14,9 @@ from flax import nnx
 from data_pipelines.synthetic import episodes
 from jaxspatial.envs import peria
 from jaxspatial.models.qwen2_5_vl.model import Qwen25VL
-from jaxspatial.rollout import (agents, episode, host_parse, observation, peria_agent, prompts,
-                                tiny)
+from jaxspatial.rl.rewards import peria_reward_text
+from jaxspatial.rollout import (agents, api_agent, episode, host_parse, observation, peria_agent,
+                                prompts, tiny)
 from jaxspatial.rollout import automaton as am
 from tests.rollout import turn_strings
 
@@ -197,3 +199,144 @@ def test_text_rewards_follow_the_public_format_rules(policy):
                                      np.asarray([1.0, 1.0, 0.0]), tok)
   # +1 format +1 correct; -1 (an action with no </think> before it) +1; 0 (truncated) + 0.
   np.testing.assert_allclose(rewards, [2.0, 0.0, 0.0])
+
+
+def _answer_ids(texts, width):
+  out = np.full((len(texts), width), -1, np.int32)
+  for row, value in enumerate(texts):
+    out[row, :len(value.encode())] = list(value.encode())
+  return out
+
+
+def test_device_reward_is_the_public_rule_with_a_gated_judge():
+  """PeriaAgent.reward on real tasks: R_correct by the public rule ("12.5" is not "125",
+  "12.0" is "12"; a multiple-choice task's reference is its letter), and a judge's YES
+  counts only where the public manager would ask it (the rule failed, an answer, not both
+  single words)."""
+  agent = agents.PeriaAgent(PARAMS)
+  #            answer       reference  choice judge  correct judged
+  rows = [("12.5", "125", -1, False, 0, 0),
+          ("12.0", "12", -1, False, 1, 0),
+          ("blue car", "red car", -1, False, 0, 0),
+          ("blue car", "red car", -1, True, 1, 1),  # the judge overturns the rule
+          ("blue", "red", -1, True, 0, 0),          # both single words: no judge
+          ("", "red", -1, True, 0, 0),              # no prediction: no judge
+          ("12", "12", -1, True, 1, 0),             # the rule holds: no judge needed
+          ("b.", "the sofa", 1, False, 1, 0),       # option B: the reference is "B"
+          ("(B)", "the sofa", 1, False, 0, 0),      # not the letter by the public rule
+          ("the sofa", "the sofa", 1, False, 0, 0)]  # nor the option's text
+  tasks, _ = episodes.act3d_tasks(len(rows), seed=4, points=500)
+  width = tasks.answer_ids.shape[-1]
+  tasks = tasks.replace(answer_ids=_answer_ids([r[1] for r in rows], width)[:, None],
+                        answer_choice=np.asarray([r[2] for r in rows], np.int32))
+  keys = jax.random.split(jax.random.PRNGKey(0), len(rows))
+  states = jax.jit(jax.vmap(lambda k, t: peria.reset(k, t, PARAMS)[1]))(keys, tasks)
+  answers = _answer_ids([r[0] for r in rows], episode.ANSWER_BYTES)
+  answered = np.ones(len(rows), bool)
+  score = jax.jit(jax.vmap(agent.reward))
+  reward, parts = jax.device_get(score(states, tasks, answers, answered, ~answered,
+                                       np.asarray([r[3] for r in rows])))
+  np.testing.assert_array_equal(parts["correct"], [r[4] for r in rows])
+  np.testing.assert_array_equal(parts["judged"], [r[5] for r in rows])
+  np.testing.assert_array_equal(reward, 1.0 + parts["correct"])  # answered: R_format +1
+  # A judge saying YES to every row overturns exactly the gated ones.
+  gate = jax.device_get(score(states, tasks, answers, answered, ~answered, answered))[1]["judged"]
+  assert gate.tolist() == [0, 0, 1, 1, 0, 0, 0, 0, 0, 1]
+
+
+def _rows(tok, pieces):
+  """Trajectory rows of one episode from (text, generated) pieces: the tokens, the loss mask
+  (generated) and the attention mask (every piece; two padding slots after)."""
+  ids = [tok.encode(t, add_special_tokens=False) for t, _ in pieces]
+  tokens = np.concatenate([np.asarray(i, np.int32) for i in ids] + [np.zeros(2, np.int32)])
+  loss = np.concatenate([np.full(len(i), g) for i, (_, g) in zip(ids, pieces)]
+                        + [np.zeros(2, bool)]).astype(bool)
+  attention = np.concatenate([np.ones(len(tokens) - 2, bool), np.zeros(2, bool)])
+  return tokens, loss, attention
+
+
+def test_host_training_reward_reads_the_text_as_the_public_manager(policy):
+  """text_rewards / peria_reward_text: R_correct from the text by the public rule (not the
+  device's value), R_format on the whole response with the observation messages (the
+  format-error message holds a complete <action>...</action>: a cut-off episode after it
+  scores 0, as the public manager scores it), never on the prompt."""
+  tok, _ = policy
+  assert peria_reward_text("<think>t</think><answer>12.5</answer>", 1, ["125"]) == 1.0
+  assert peria_reward_text("<think>t</think><answer>12.0</answer>", 1, ["12"]) == 2.0
+  prompt = prompts.peria_prompt(prompts.PERIA_SYSTEM, "How long?", 1)
+  episodes_pieces = [
+      [(prompt, False), ("<think>t</think><answer>12.5</answer>", True)],
+      [(prompt, False), ("<think>t</think><answer>12.0</answer>", True)],
+      [(prompt, False), ("<think>a</think>x</action>", True),
+       (peria_agent.PERIA_FORMAT_ERROR, False), ("<think>b</think><answer>12", True)]]
+  built = [_rows(tok, p) for p in episodes_pieces]
+  width = max(len(t) for t, _, _ in built)
+  pad = lambda x: np.pad(x, (0, width - len(x)))
+  tokens, loss, attention = (np.stack([pad(b[k]) for b in built]) for k in range(3))
+  device_correct = np.asarray([1.0, 0.0, 0.0])  # what the device said: the host ignores it
+  references = [["125"], ["12"], ["12"]]
+  host = peria_agent.text_rewards(tokens, loss, np.asarray([1, 1, 2]), device_correct, tok,
+                                  attention_mask_BxS=attention, references=references)
+  np.testing.assert_allclose(host, [1.0, 2.0, 0.0])
+  model_only = peria_agent.text_rewards(tokens, loss, np.asarray([1, 1, 2]), device_correct,
+                                        tok, references=references)
+  np.testing.assert_allclose(model_only, [1.0, 2.0, -1.0])  # no complete action in the replies
+  # host_rewards: the same from trajectory rows and their tasks (a judge's overturn counts
+  # where the host's gate agrees: "12.5" vs "125" is two single words, no judge).
+  rows = types.SimpleNamespace(tokens=tokens, loss_mask=loss, attention_mask=attention,
+                               turn_active=np.asarray([[1, 0], [1, 0], [1, 1]]),
+                               reward_components={"correct": device_correct,
+                                                  "judged": np.asarray([1.0, 0.0, 0.0])})
+  tasks = types.SimpleNamespace(answer_ids=_answer_ids(["125", "12", "12"], 8)[:, None],
+                                answer_choice=np.asarray([-1, -1, -1]))
+  agent = agents.PeriaAgent(PARAMS)
+  np.testing.assert_allclose(agent.host_rewards(rows, tok, tasks), [1.0, 2.0, 0.0])
+  np.testing.assert_allclose(agent.host_rewards(rows, tok), [2.0, 1.0, 0.0])  # the device's
+
+
+def test_api_response_text_is_the_decoded_response():
+  messages = [{"role": "system", "content": "s <think>x</think>"},
+              {"role": "user", "content": [{"type": "text", "text": "Observation 0:\n"},
+                                           {"type": "image", "view": 0}]},
+              {"role": "assistant", "content": "<think>a</think><action>1</action>"},
+              {"role": "user", "content": [{"type": "text", "text": "Observation 1:\n"},
+                                           {"type": "image", "view": 1}]},
+              {"role": "assistant", "content": "<think>b</think><answer>B</answer>"}]
+  assert api_agent.peria_response_text(messages) == (
+      "<think>a</think><action>1</action>\nuser\nObservation 1:\n\nassistant\n"
+      "<think>b</think><answer>B</answer>")
+
+
+@pytest.mark.slow
+def test_api_rollout_asks_the_judge_only_about_gated_rows():
+  """api_rollout with PERIA: the host judge sees only the rows whose verdict counts, and
+  the host reward is the public manager's on the whole response (slow: it compiles the
+  environment's step, about 20 s)."""
+  answers = ["12.5", "blue car", "12.0"]  # vs "125": two single words; a phrase; the rule holds
+
+  class Scripted:
+    def complete_many(self, requests):
+      out = []
+      for request in requests:
+        user = request["messages"][1]["content"]
+        question = "".join(p.get("text", "") for p in user if isinstance(p, dict))
+        out.append(f"<think>x</think><answer>{answers[int(question[-1])]}</answer>")
+      return out
+
+  asked = []
+
+  def judge(question, answer, references):
+    asked.append([bytes(a[a >= 0].astype(np.uint8)).decode() for a in np.asarray(answer)])
+    return np.ones(len(answer), bool)
+
+  tasks, _ = episodes.act3d_tasks(3, seed=4, points=2000)
+  width = tasks.question_ids.shape[-1]
+  tasks = tasks.replace(
+      question_ids=_answer_ids([f"Q{b}" for b in range(3)], width),
+      answer_ids=_answer_ids(["125", "red car", "12"], tasks.answer_ids.shape[-1])[:, None])
+  records = api_agent.api_rollout(Scripted(), agents.PeriaAgent(PARAMS), tasks,
+                                  jax.random.PRNGKey(0), judge=judge)
+  assert asked == [["blue car"]]
+  assert [r["reward_components"]["correct"] for r in records] == [0.0, 1.0, 1.0]
+  assert [r["reward_components"]["judged"] for r in records] == [0.0, 1.0, 0.0]
+  assert [r["host_reward"] for r in records] == [1.0, 2.0, 2.0]

@@ -3,8 +3,9 @@
 The rollout turns generated tokens into bytes with a token -> bytes table; these
 functions then find the first <answer>...</answer> and its option letter (Think3D's
 leading letter; 3DThinker's letter found anywhere by a priority of patterns, on UTF-8
-decoded characters classified by Python's own Unicode \\w and \\s) without leaving the
-device. Fixed shapes throughout; jit and vmap friendly.
+decoded characters classified by Python's own Unicode \\w and \\s), and PERIA's public
+format and rule checks (`peria_format`, `peria_correct`), without leaving the device.
+Fixed shapes throughout; jit and vmap friendly.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import re
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from jaxspatial.rl.rewards.text import PERIA_SYNONYMS
 
 Array = jax.Array
 WHITESPACE = tuple(b" \t\n\r\x0b\x0c")
@@ -257,25 +260,44 @@ def starts(ids_L: Array, pattern: tuple[int, ...]) -> Array:
   return hit.at[positions].set(window)
 
 
-def peria_format(ids_L: Array) -> Array:
-  """PERIA's R_format in {-1, 0, +1} on device (as `text.peria_format`)."""
-  think_end = starts(ids_L, encode("</think>"))
-  action = starts(ids_L, encode("<action>"))
-  has_answer = jnp.any(starts(ids_L, encode("<answer>")))
-  has_think, has_action = jnp.any(think_end), jnp.any(action)
-  # A </think> counts for an action when it starts at or after the previous action's end
-  # and ends before this action starts.
+def starts_any_case(ids_L: Array, pattern: bytes) -> Array:
+  """[L] bool: where `pattern` begins, ASCII letters in either case."""
+  length = ids_L.shape[-1]
+  hit = jnp.zeros(length, bool)
+  if len(pattern) > length:
+    return hit
+  positions = jnp.arange(length - len(pattern) + 1)
+  window = jnp.ones(positions.shape, bool)
+  for k, byte in enumerate(pattern):
+    value = ids_L[positions + k]
+    if chr(byte).isascii() and chr(byte).isalpha():
+      window &= (value == ord(chr(byte).lower())) | (value == ord(chr(byte).upper()))
+    else:
+      window &= value == byte
+  return hit.at[positions].set(window)
+
+
+def _complete(ids_L: Array, opening: bytes, closing: bytes) -> tuple[Array, Array]:
+  """(a complete opening...closing pair exists, where the first opening starts; L if
+  none): the regex `opening.*?closing` (DOTALL, any case) matches, first at that start."""
   positions = jnp.arange(ids_L.shape[-1])
-  think_done = jnp.cumsum(jnp.where(think_end, 1, 0))  # </think> starts at or before i
-  gap = len("</think>")
-  before = jnp.concatenate([jnp.zeros(gap, think_done.dtype), think_done[:-gap]])
-  previous_end = jax.lax.cummax(jnp.where(action, positions + len("<action>"), 0))
-  previous_end = jnp.concatenate([jnp.zeros(1, previous_end.dtype), previous_end[:-1]])
-  at_previous = jnp.where(previous_end > 0, think_done[jnp.maximum(previous_end - 1, 0)], 0)
-  thought = (before - at_previous) > 0
-  broken = jnp.any(action & ~thought)
-  return jnp.where(~has_think, -1, jnp.where(~has_answer, jnp.where(has_action, 0, -1),
-                                             jnp.where(broken, -1, 1))).astype(jnp.int32)
+  opens = starts_any_case(ids_L, opening)
+  first = _first_from(opens, 0)
+  closed = jnp.any(starts_any_case(ids_L, closing) & (positions >= first + len(opening)))
+  return jnp.any(opens) & closed, first
+
+
+def peria_format(ids_L: Array) -> Array:
+  """PERIA's R_format in {-1, 0, +1} on device: `text.peria_format` on bytes. Tags match
+  in any ASCII case; Python's IGNORECASE also takes "\u0130", "\u0131" (for i), "\u017f"
+  (s) and the Kelvin sign (k) inside tags: those count only on the host."""
+  think = starts_any_case(ids_L, b"</think>")
+  think_end = _first_from(think, 0) + len(b"</think>")
+  has_answer, _ = _complete(ids_L, b"<answer>", b"</answer>")
+  has_action, action = _complete(ids_L, b"<action>", b"</action>")
+  broken = has_action & (action < think_end)
+  return jnp.where(~jnp.any(think), -1, jnp.where(
+      ~has_answer, jnp.where(has_action, 0, -1), jnp.where(broken, -1, 1))).astype(jnp.int32)
 
 
 PUNCTUATION = tuple(b"!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
@@ -385,3 +407,309 @@ def span(ids_L: Array, start: Array, end: Array) -> Array:
   """ids[start:end] moved to the front, -1 after."""
   positions = jnp.arange(ids_L.shape[-1])
   return _compact(ids_L, (positions >= start) & (positions < end) & (ids_L >= 0))
+
+
+# --- PERIA's public reward manager on device (`text.peria_*`) --------------------------------
+#
+# Every function takes -1-padded UTF-8 byte ids and returns fixed shapes. Texts are kept
+# compacted to the front. Where the device rule is narrower than Python's (`peria_rule`),
+# it never gives credit the public rule would not.
+
+PERIA_MAX_ITEMS = 16  # comma-separated pieces per side the set rule compares
+_EN_DASH = encode("\u2013")
+_BOXED_OPEN = encode("\\boxed{")
+_SYNONYMS = tuple(tuple(sorted(w.encode() for w in synonyms))
+                  for synonyms in PERIA_SYNONYMS)
+
+
+@functools.lru_cache(maxsize=None)
+def _whitespace_codepoints() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """Python's str.isspace() (= regex \\s = what strip() and split() remove), by UTF-8
+  length: one byte, two, three (none is longer)."""
+  spaces = [c for c in range(0x110000) if chr(c).isspace()]
+  by_length = [[c for c in spaces if len(chr(c).encode()) == n] for n in (1, 2, 3)]
+  assert sum(map(len, by_length)) == len(spaces)
+  return tuple(np.asarray(codes, np.int32) for codes in by_length)
+
+
+def whitespace(ids_L: Array) -> Array:
+  """[L] bool: the byte belongs to a whitespace character (Python's Unicode set; the text
+  well-formed UTF-8)."""
+  one, two, three = (jnp.asarray(codes) for codes in _whitespace_codepoints())
+  second, third = _shifted(ids_L, 1, -1), _shifted(ids_L, 2, -1)
+  follows = lambda b: (b >= 0x80) & (b <= 0xBF)
+  code2 = ((ids_L & 0x1F) << 6) | (second & 0x3F)
+  code3 = ((ids_L & 0x0F) << 12) | ((second & 0x3F) << 6) | (third & 0x3F)
+  starts2 = (ids_L >= 0xC2) & (ids_L <= 0xDF) & follows(second) & jnp.isin(code2, two)
+  starts3 = ((ids_L >= 0xE0) & (ids_L <= 0xEF) & follows(second) & follows(third)
+             & jnp.isin(code3, three))
+  return (jnp.isin(ids_L, one) | starts2 | _shifted(starts2, -1, False) | starts3
+          | _shifted(starts3, -1, False) | _shifted(starts3, -2, False))
+
+
+def _at(ids_L: Array, index: Array) -> Array:
+  """ids[index], -1 outside."""
+  length = ids_L.shape[-1]
+  inside = (index >= 0) & (index < length)
+  return jnp.where(inside, ids_L[jnp.clip(index, 0, length - 1)], -1)
+
+
+def _count(ids_L: Array) -> Array:
+  return jnp.sum(ids_L >= 0)
+
+
+def _first_from(mask_L: Array, start: Array) -> Array:
+  """The first index >= start where mask holds, else L."""
+  length = mask_L.shape[-1]
+  hit = mask_L & (jnp.arange(length) >= start)
+  return jnp.where(jnp.any(hit), jnp.argmax(hit), length)
+
+
+def _slice(ids_L: Array, start: Array, end: Array) -> Array:
+  """ids[start:end] moved to the front, -1 after (a contiguous span: no scatter)."""
+  length = ids_L.shape[-1]
+  start = jnp.clip(start, 0, length)
+  window = jax.lax.dynamic_slice(jnp.concatenate([ids_L, jnp.full(length, -1, ids_L.dtype)]),
+                                 (start,), (length,))
+  return jnp.where(jnp.arange(length) < end - start, window, -1)
+
+
+def strip(ids_L: Array) -> Array:
+  """Python's strip() of a compacted text: leading and trailing whitespace removed."""
+  content = (ids_L >= 0) & ~whitespace(ids_L)
+  length = ids_L.shape[-1]
+  first = jnp.argmax(content)
+  end = length - jnp.argmax(content[::-1])
+  return jnp.where(jnp.any(content), _slice(ids_L, first, end), -1)
+
+
+def _pad_to(ids_L: Array, width: int) -> Array:
+  return jnp.pad(ids_L, (0, width - ids_L.shape[-1]), constant_values=-1)
+
+
+def _same(a_L: Array, b_L: Array) -> Array:
+  """Equal compacted texts (any widths)."""
+  width = max(a_L.shape[-1], b_L.shape[-1])
+  return jnp.all(_pad_to(a_L, width) == _pad_to(b_L, width))
+
+
+def peria_prediction(answer_L: Array) -> Array:
+  """`text.peria_prediction` after the answer's extraction: the answer's content stripped;
+  one whole `\\boxed{...}` becomes its content, stripped."""
+  text = strip(answer_L)
+  n = _count(text)
+  boxed = (n >= len(_BOXED_OPEN) + 1) & (_at(text, n - 1) == ord("}"))
+  for k, byte in enumerate(_BOXED_OPEN):
+    boxed &= _at(text, k) == byte
+  inner = strip(_slice(text, len(_BOXED_OPEN), n - 1))
+  return jnp.where(boxed, inner, text)
+
+
+def _unbox(ids_L: Array) -> Array:
+  """Every `\\boxed{X}` replaced by X as Python's re.sub(r"\\\\boxed\\{(.*?)\\}", r"\\1")
+  does: X runs to the first "}" and holds no newline; matches do not overlap."""
+  length = ids_L.shape[-1]
+  positions = jnp.arange(length)
+  far = length + 1
+
+  def next_at(mask):  # [L + 1]: the first index >= p where mask holds, else `far`
+    found = jnp.where(mask, positions, far)
+    return jnp.append(jax.lax.cummin(found, reverse=True), far)
+
+  after = jnp.minimum(positions + len(_BOXED_OPEN), length)
+  close = next_at(ids_L == ord("}"))[after]
+  newline = next_at(ids_L == ord("\n"))[after]
+  valid = starts(ids_L, _BOXED_OPEN) & (close < far) & (newline > close)
+  # Candidates inside an accepted match share its "}": the first valid one of each wins.
+  previous = jnp.concatenate([jnp.full(1, -1), jax.lax.cummax(
+      jnp.where(valid, positions, -1))[:-1]])
+  previous_close = jnp.where(previous >= 0, close[jnp.maximum(previous, 0)], -1)
+  accepted = valid & (previous_close != close)
+  removed = jnp.zeros(length + 1, bool).at[jnp.where(accepted, close, length)].set(True)[:length]
+  for k in range(len(_BOXED_OPEN)):
+    removed |= _shifted(accepted, -k, False)
+  return _compact(ids_L, (ids_L >= 0) & ~removed)
+
+
+def peria_normalize(ids_L: Array) -> Array:
+  """`text.peria_normalize` on bytes: `\\boxed{}` wrappers removed, stripped, ASCII letters
+  lower-cased (Python's lower() also maps non-ASCII letters: a difference), trailing "."
+  dropped."""
+  text = strip(_unbox(ids_L))
+  upper = (text >= ord("A")) & (text <= ord("Z"))
+  text = jnp.where(upper, text + 32, text)
+  positions = jnp.arange(text.shape[-1])
+  last = jnp.max(jnp.where((text >= 0) & (text != ord(".")), positions, -1))
+  return jnp.where(positions <= last, text, -1)
+
+
+def _decimal(ids_L: Array, start: Array, end: Array, signed: bool):
+  """(valid, negative, integer digits, fraction digits) of ids[start:end] read as
+  [+-]digits[.digits] (ASCII digits; at least one digit; "5." and ".5" allowed), the
+  integer digits without leading zeros and the fraction digits without trailing zeros,
+  each compacted: equal values have equal parts ("-0" is not negative)."""
+  positions = jnp.arange(ids_L.shape[-1])
+  span = (positions >= start) & (positions < end)
+  sign = span & (positions == start) & ((ids_L == ord("+")) | (ids_L == ord("-")))
+  if not signed:
+    sign = jnp.zeros_like(sign)
+  body = span & ~sign
+  digit = body & (ids_L >= ord("0")) & (ids_L <= ord("9"))
+  dot = body & (ids_L == ord("."))
+  valid = jnp.all(~body | digit | dot) & (jnp.sum(dot) <= 1) & jnp.any(digit)
+  dot_at = jnp.where(jnp.any(dot), jnp.argmax(dot), end)
+  whole = digit & (positions < dot_at)
+  fraction = digit & (positions > dot_at)
+  leading = _first_from(whole & (ids_L != ord("0")), 0)
+  trailing = jnp.max(jnp.where(fraction & (ids_L != ord("0")), positions, -1))
+  whole_start = jnp.minimum(leading, dot_at)
+  nonzero = (whole_start < dot_at) | (trailing > dot_at)
+  negative = jnp.any(sign & (ids_L == ord("-"))) & nonzero
+  return (valid, negative, _slice(ids_L, whole_start, dot_at),
+          _slice(ids_L, dot_at + 1, trailing + 1))
+
+
+def _same_decimal(a, b) -> Array:
+  return a[0] & b[0] & (a[1] == b[1]) & _same(a[2], b[2]) & _same(a[3], b[3])
+
+
+def _number(normalized_L: Array):
+  """`text._peria_number` on bytes, its value exactly as `_decimal` parts."""
+  text = strip(_compact(normalized_L, (normalized_L >= 0) & (normalized_L != ord(","))))
+  return _decimal(text, 0, _count(text), signed=True)
+
+
+def _range(normalized_L: Array):
+  """(valid, low, high) of `text._peria_range` on bytes, low and high as `_decimal` parts."""
+  text = strip(normalized_L)
+  n = _count(text)
+  space = whitespace(text) & (text >= 0)
+  numeric = ((text >= ord("0")) & (text <= ord("9"))) | (text == ord("."))
+  low_end = _first_from(~numeric, 0)
+  at = low_end + (_at(text, low_end) == ord("%"))
+  at = _first_from(~space, at)
+  hyphen = _at(text, at) == ord("-")
+  en_dash = functools.reduce(jnp.logical_and, [_at(text, at + k) == b
+                                               for k, b in enumerate(_EN_DASH)])
+  at = at + jnp.where(hyphen, 1, len(_EN_DASH))
+  high_start = _first_from(~space, at)
+  high_end = _first_from(~numeric, high_start)
+  end = high_end + (_at(text, high_end) == ord("%"))
+  valid = (low_end > 0) & (hyphen | en_dash) & (high_end > high_start) & (end == n)
+  low = _decimal(text, 0, low_end, signed=False)
+  high = _decimal(text, high_start, high_end, signed=False)
+  return valid & low[0] & high[0], low, high
+
+
+def _items(normalized_L: Array, max_items: int):
+  """Comma-separated pieces, each stripped: ([K, L] items -1 padded, [K] non-empty, fits:
+  at most K pieces)."""
+  length = normalized_L.shape[-1]
+  positions = jnp.arange(length)
+  real = normalized_L >= 0
+  comma = normalized_L == ord(",")
+  piece = jnp.cumsum(comma) - comma
+  content = real & ~comma & ~whitespace(normalized_L)
+  slot = jnp.where(content & (piece < max_items), piece, max_items)
+  first = jnp.full(max_items + 1, length).at[slot].min(positions)[:max_items]
+  last = jnp.full(max_items + 1, -1).at[slot].max(positions)[:max_items]
+  clipped = jnp.minimum(piece, max_items - 1)
+  inside = (real & ~comma & (piece < max_items) & (positions >= first[clipped])
+            & (positions <= last[clipped]))
+  offset = positions - first[clipped]
+  rows = jnp.where(inside, piece, max_items)
+  items = jnp.full((max_items + 1, length), -1, normalized_L.dtype).at[
+      rows, jnp.where(inside, offset, 0)].set(normalized_L)[:max_items]
+  fits = jnp.sum(comma) + 1 <= max_items
+  return items, last >= 0, fits
+
+
+def _synonym_table() -> tuple[np.ndarray, np.ndarray]:
+  """The synonym words -1 padded to one width ([N, W]) and each word's set ([N])."""
+  entries = [(w, k) for k, synonyms in enumerate(_SYNONYMS) for w in synonyms]
+  width = max(len(w) for w, _ in entries) + 1
+  table = np.full((len(entries), width), -1, np.int32)
+  for row, (w, _) in enumerate(entries):
+    table[row, :len(w)] = list(w)
+  return table, np.asarray([k for _, k in entries], np.int32)
+
+
+def _features(normalized_L: Array) -> dict:
+  """What PERIA's rules read of one normalised text: the text, its synonym set (-1: none),
+  comma pieces, the number and the range it reads as."""
+  table, sets = _synonym_table()
+  head = _pad_to(normalized_L, max(table.shape[1], normalized_L.shape[-1]))[:table.shape[1]]
+  word = jnp.all(head == jnp.asarray(table), -1)
+  synonym = jnp.where(jnp.any(word), jnp.asarray(sets)[jnp.argmax(word)], -1)
+  items, present, fits = _items(normalized_L, PERIA_MAX_ITEMS)
+  return dict(text=normalized_L, synonym=synonym, comma=jnp.any(normalized_L == ord(",")),
+              items=items, present=present, fits=fits, number=_number(normalized_L),
+              range=_range(normalized_L))
+
+
+def _agree(p: dict, g: dict) -> Array:
+  """Whether PERIA's rules credit the prediction's features `p` against the reference's
+  `g` (texts of one width)."""
+  same_items = (jnp.all(p["items"][:, None] == g["items"][None], -1)
+                & p["present"][:, None] & g["present"][None])
+  same_sets = (p["fits"] & g["fits"] & jnp.any(p["present"]) & jnp.any(g["present"])
+               & jnp.all(~p["present"] | jnp.any(same_items, 1))
+               & jnp.all(~g["present"] | jnp.any(same_items, 0)))
+  p_range, g_range = p["range"], g["range"]
+  return (_same(p["text"], g["text"]) | ((p["synonym"] >= 0) & (p["synonym"] == g["synonym"]))
+          | (g["comma"] & same_sets) | _same_decimal(p["number"], g["number"])
+          | (p_range[0] & g_range[0] & _same_decimal(p_range[1], g_range[1])
+             & _same_decimal(p_range[2], g_range[2])))
+
+
+def _stacked(first_L: Array, rest_RxL: Array) -> Array:
+  """[1 + R, W]: one text and R more, -1 padded to one width W."""
+  width = max(first_L.shape[-1], rest_RxL.shape[-1])
+  return jnp.concatenate([_pad_to(first_L, width)[None],
+                          jax.vmap(lambda r: _pad_to(r, width))(rest_RxL)])
+
+
+def peria_rule(prediction_L: Array, reference_L: Array) -> Array:
+  """`text.peria_rule` on bytes: a faithful subset of it, never crediting what the public
+  rule withholds. Where it is narrower:
+    lower case   ASCII letters only (Python's lower() also maps non-ASCII capitals, e.g.
+                 "\\u00c9" to "\\u00e9");
+    numbers      exact decimal equality of [+-]digits[.digits] (ASCII digits, commas
+                 removed) instead of float() within 1e-6: the same verdict when both have
+                 at most 10 integer and 5 fraction digits (zeros at the ends aside);
+                 beyond, values closer than 1e-6 or equal as doubles count on the host only
+                 ("1.000001" = "1", 17-digit integers); exponents, underscores and
+                 non-ASCII digits parse on the host only ("1e3" = "1000", "1_000" =
+                 "1000"); inf and nan never score on either;
+    ranges       exact decimal equality of each end instead of float equality: the same
+                 up to 15 significant digits; ASCII digits only;
+    sets         at most PERIA_MAX_ITEMS comma-separated pieces a side (more: no credit);
+    whitespace   Python's Unicode set, read from well-formed UTF-8."""
+  features = jax.vmap(_features)(jax.vmap(peria_normalize)(
+      _stacked(prediction_L, reference_L[None])))
+  return _agree(*(jax.tree.map(lambda x, k=k: x[k], features) for k in (0, 1)))
+
+
+def words(ids_L: Array) -> Array:
+  """How many whitespace-separated words (Python's split())."""
+  content = (ids_L >= 0) & ~whitespace(ids_L)
+  return jnp.sum(content & ~_shifted(content, -1, False))
+
+
+def peria_correct(answer_L: Array, references_RxLa: Array) -> tuple[Array, Array]:
+  """(rule, judge gate) of an answer's content against R references (rows starting with -1
+  unused): `text.peria_correct` and `text.peria_judge_gate` (not MapTrace) on device. The
+  gate: the rule failed, the prediction is non-empty and not both short (the prediction
+  at most one word and the references one of at most one word). The prediction and the
+  references go through one vmapped normalisation (one compiled copy)."""
+  texts = _stacked(peria_prediction(answer_L), references_RxLa)
+  features = jax.vmap(_features)(jax.vmap(peria_normalize)(texts))
+  prediction = jax.tree.map(lambda x: x[0], features)
+  agree = jax.vmap(lambda g: _agree(prediction, g))(jax.tree.map(lambda x: x[1:], features))
+  real = references_RxLa[:, 0] >= 0
+  nonempty = texts[0, 0] >= 0
+  rule = nonempty & jnp.any(real & agree)
+  counts = jax.vmap(words)(texts)
+  both_short = (counts[0] <= 1) & (jnp.sum(real) == 1) & jnp.all(~real | (counts[1:] <= 1))
+  gate = ~rule & nonempty & jnp.any(real) & ~both_short
+  return rule, gate

@@ -14,9 +14,12 @@ Act3D      0.3 R_judge + 0.2 R_EM + 0.05 R_judge c(tau) - 0.2 R_fmt  (eqs. 8, 9)
            patterns (the last "X.", then "answer is X" forms, a lone X, ...;
            `text.thinker3d_option`), not Think3D's leading letter.
 PERIA      R_rep + R_format + R_correct; R_rep counts consecutive repeats of characters,
-           words and phrases, and repeated sentences (`text.peria_repetition`); MapTrace's
-           NDTW d -> reward with the paper's mapping clip((0.8 - d) / 0.5, 0, 1) or the
-           code's (1 if d <= 0.5, 1.5 - d up to 1, 0 after).
+           words and phrases, and repeated sentences (`text.peria_repetition`); R_format and
+           R_correct are the public reward manager's rules (`text.peria_format`,
+           `text.peria_correct`: equal, yes / no / n-a, comma sets, numbers, ranges after
+           normalisation; the LLM judge only where its gate lets it); MapTrace's NDTW d ->
+           reward with the paper's mapping clip((0.8 - d) / 0.5, 0, 1) or the code's (1 if
+           d <= 0.5, 1.5 - d up to 1, 0 after).
 """
 
 from __future__ import annotations
@@ -183,14 +186,42 @@ def normalized_dtw(path_Nx2: Array, reference_Mx2: Array, path_len: Array,
 def peria_reward(answered: Array, calls: Array, correct: Array) -> Array:
   """R_format + R_correct on device. R_format from the grammar: +1 for an episode that ended
   in a well-formed answer turn, 0 for one that made tool calls but no answer (truncated),
-  -1 otherwise. R_rep needs the model's text (`text.peria_repetition`): the host adds it."""
+  -1 otherwise. R_rep needs the model's text (`text.peria_repetition`): the host adds it.
+  R_correct: the public rule on the answer (`device_text.peria_correct`), or the judge."""
   format_reward = jnp.where(answered, 1.0, jnp.where(calls > 0, 0.0, -1.0))
   return format_reward + correct.astype(jnp.float32)
 
 
-def peria_reward_text(model_text: str, num_turns: int, correct: float) -> float:
-  """R_rep + R_format + R_correct on strings (correctness comes from the dataset's rule)."""
-  return text.peria_repetition(model_text, num_turns) + text.peria_format(model_text) + correct
+def peria_correct_text(response_text: str, references, judge: bool = False,
+                       maptrace: bool = False) -> float:
+  """PERIA's R_correct on strings (not MapTrace's NDTW): the public manager's rule check of
+  the response's prediction (`text.peria_prediction`) against the references, overturned
+  to 1 by `judge` (an LLM judge's YES) only where the manager would have asked the judge
+  (`text.peria_judge_gate`)."""
+  prediction = text.peria_prediction(response_text)
+  rule = text.peria_correct(prediction, references)
+  if judge and text.peria_judge_gate(prediction, references, rule, maptrace):
+    return 1.0
+  return rule
+
+
+def peria_reward_text(model_text: str, num_turns: int, references=None, *,
+                      response_text: str | None = None, judge: bool = False,
+                      correct: float | None = None) -> float:
+  """R_rep + R_format + R_correct on strings, PERIA's public reward manager (peria.md §9):
+  R_rep on the model's text (user turns left out), R_format and the prediction on the whole
+  response (`response_text`: the model's turns with the observation messages between
+  them, as the decoded response holds them; default `model_text`), R_correct by
+  `peria_correct_text` against `references` with the judge's verdict `judge`. `correct`
+  stands in for R_correct where the references are unknown (None)."""
+  response = model_text if response_text is None else response_text
+  if references is None:
+    if correct is None:
+      raise ValueError("peria_reward_text: give the references (or R_correct as `correct`)")
+    r_correct = float(correct)
+  else:
+    r_correct = peria_correct_text(response, references, judge)
+  return text.peria_repetition(model_text, num_turns) + text.peria_format(response) + r_correct
 
 
 def parse_letter_text(completion: str) -> int:

@@ -1,6 +1,7 @@
 """Reward rules on strings (host): answer extraction, option letters (Think3D's leading
 letter; 3DThinker's letter found anywhere by a priority of patterns), normalisation,
-format checks and PERIA's repetition penalty. Evaluation and tests use these; the
+format checks, PERIA's public reward manager (format, rule check, judge gate) and its
+repetition penalty. Evaluation and tests use these; the
 on-device versions in `device_text.py` must agree with them."""
 
 from __future__ import annotations
@@ -143,20 +144,125 @@ def rule_judge(prediction: str | None, references, f1_threshold: float = 0.5) ->
       token_f1(prediction, r) >= f1_threshold for r in references)
 
 
+# PERIA's public reward manager (PEDIA's `geo_vision_qa.py`; /work/shared/reference/peria.md
+# section 9). Its tag regexes ignore case; an answer or action counts only when closed.
+PERIA_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
+PERIA_THINK_END = re.compile(r"</think>", re.IGNORECASE)
+PERIA_ACTION = re.compile(r"<action>.*?</action>", re.DOTALL | re.IGNORECASE)
+_WHOLE_BOXED = re.compile(r"\\boxed\{(.*)\}", re.DOTALL)
+_BOXED = re.compile(r"\\boxed\{(.*?)\}")  # no DOTALL: a wrapper does not span lines
+_RANGE = re.compile(r"([\d.]+)%?\s*[-\u2013]\s*([\d.]+)%?")
+PERIA_YES = frozenset({"yes", "yeah", "yep", "yup", "true", "correct"})
+PERIA_NO = frozenset({"no", "nope", "nah", "false", "incorrect"})
+PERIA_NOT_AVAILABLE = frozenset({"n/a", "na", "none", "not available", "not applicable"})
+PERIA_SYNONYMS = (PERIA_YES, PERIA_NO, PERIA_NOT_AVAILABLE)
+
+
 def peria_format(text: str) -> int:
-  """PERIA's R_format in {-1, 0, +1}, its rules in order: no </think> -> -1; no <answer>
-  -> 0 if an <action> was made (truncated mid-episode) else -1; an <action> with no
-  </think> since the previous action -> -1; otherwise +1."""
-  if "</think>" not in text:
+  """PERIA's R_format in {-1, 0, +1} on the whole response, tags in any case: no `</think>`
+  -> -1; no complete `<answer>...</answer>` -> 0 when a complete `<action>...</action>`
+  exists (cut off by the budget), else -1; an action starting before the first `</think>`
+  has ended (no `</think>` ends at or before its start) -> -1; otherwise +1. An unclosed
+  `<answer>` or `<action>` is no answer or action."""
+  think_end = PERIA_THINK_END.search(text)
+  if think_end is None:
     return -1
-  if "<answer>" not in text:
-    return 0 if "<action>" in text else -1
-  previous = 0
-  for match in re.finditer(r"<action>", text):
-    if "</think>" not in text[previous:match.start()]:
-      return -1
-    previous = match.end()
-  return 1
+  action = PERIA_ACTION.search(text)
+  if PERIA_ANSWER.search(text) is None:
+    return 0 if action is not None else -1
+  # The earliest complete action is the one most likely to come before every </think> end.
+  return -1 if action is not None and action.start() < think_end.end() else 1
+
+
+def peria_prediction(response: str) -> str:
+  """The prediction PERIA scores: the first `<answer>...</answer>`'s content (tags in any
+  case, across lines), else the text after the first `</think>` (any case), else "";
+  stripped, then a prediction that is one whole `\\boxed{...}` becomes its content,
+  stripped (greedy: "\\boxed{a}\\boxed{b}" becomes "a}\\boxed{b")."""
+  answer = PERIA_ANSWER.search(response)
+  if answer is not None:
+    prediction = answer.group(1)
+  else:
+    think_end = PERIA_THINK_END.search(response)
+    prediction = "" if think_end is None else response[think_end.end():]
+  prediction = prediction.strip()
+  boxed = _WHOLE_BOXED.fullmatch(prediction)
+  return boxed.group(1).strip() if boxed else prediction
+
+
+def peria_normalize(answer: str) -> str:
+  """Both sides of PERIA's rule, in this order: every `\\boxed{X}` becomes X (X up to the
+  first "}", on one line; scanned left to right, not again over the result), then Python's
+  strip() and lower(), then every trailing "." dropped (so "12 ." keeps its space)."""
+  return _BOXED.sub(r"\1", answer).strip().lower().rstrip(".")
+
+
+def _peria_number(normalized: str) -> float | None:
+  """Python's float() of the text with its commas removed (float strips whitespace and
+  takes signs, exponents, underscores between digits, inf / nan and Unicode digits)."""
+  try:
+    return float(normalized.replace(",", ""))
+  except ValueError:
+    return None
+
+
+def _peria_items(normalized: str) -> frozenset:
+  return frozenset(item.strip() for item in normalized.split(",")) - {""}
+
+
+def _peria_range(normalized: str) -> tuple[float, float] | None:
+  """(low, high) of "a-b": numbers of digits and dots, each optionally followed by "%",
+  joined by a hyphen or an en dash with optional whitespace around it."""
+  match = _RANGE.fullmatch(normalized.strip())
+  if match is None:
+    return None
+  try:
+    return float(match.group(1)), float(match.group(2))
+  except ValueError:  # "1.2.3", "."
+    return None
+
+
+def peria_rule(prediction: str, reference: str) -> bool:
+  """PERIA's rule check of a prediction against one reference, both normalised
+  (`peria_normalize`): equal; both in one synonym set (yes, no, not available); a
+  reference holding a comma and both sides the same set of stripped non-empty
+  comma-separated items; both numbers (float() after removing commas) less than 1e-6
+  apart ("12.0" = "12", "12.5" != "125", "1,000" = "1000"); both ranges a-b with the
+  same two numbers. No token-overlap credit."""
+  p, g = peria_normalize(prediction), peria_normalize(reference)
+  if p == g or any(p in words and g in words for words in PERIA_SYNONYMS):
+    return True
+  if "," in g:
+    items = _peria_items(g)
+    if items and items == _peria_items(p):
+      return True
+  p_number, g_number = _peria_number(p), _peria_number(g)
+  if p_number is not None and g_number is not None and abs(p_number - g_number) < 1e-6:
+    return True
+  p_range, g_range = _peria_range(p), _peria_range(g)
+  return p_range is not None and p_range == g_range
+
+
+def peria_correct(prediction: str, references) -> float:
+  """PERIA's rule score R_correct in {0, 1} of an extracted prediction (`peria_prediction`)
+  against its references: the best over them; an empty prediction scores 0."""
+  if not prediction:
+    return 0.0
+  return float(any(peria_rule(prediction, r) for r in references))
+
+
+def peria_judge_gate(prediction: str, references, rule_score: float,
+                     maptrace: bool = False) -> bool:
+  """Whether PERIA's public manager asks its LLM judge: the rule score is 0, the prediction
+  is non-empty, the task is not MapTrace, and not both short: the prediction at most one
+  whitespace-separated word and the ground truth one reference of at most one word (the
+  public code counts the words of `str(ground_truth)`: a list of two or more references
+  is never short)."""
+  references = list(references)
+  both_short = (len(prediction.split()) <= 1 and len(references) == 1
+                and len(references[0].split()) <= 1)
+  return (rule_score == 0 and bool(prediction) and not maptrace and bool(references)
+          and not both_short)
 
 
 def peria_repetition(model_text: str, num_turns: int) -> float:
