@@ -78,7 +78,7 @@ def one_line_bytes(ids_L: Array) -> Array:
   after = jnp.flip(jnp.cumsum(jnp.flip(word))) - word > 0   # a word byte later
   run_start = space & ~jnp.concatenate([jnp.zeros(1, bool), space[:-1]])
   keep = word | (run_start & before & after)
-  return device_text._compact(jnp.where(space, ord(" "), ids_L), keep)  # pylint: disable=protected-access
+  return device_text.compact(jnp.where(space, ord(" "), ids_L), keep)
 
 
 def reply_bytes(tokens_BxN: Array, count_B: Array, token_bytes_VxK: Array,
@@ -94,7 +94,7 @@ def reply_bytes(tokens_BxN: Array, count_B: Array, token_bytes_VxK: Array,
     shown &= tokens_BxN != stop
   keep = (jnp.arange(width)[None, None] < token_lengths_V[ids][..., None]) & shown[..., None]
   flat = data.reshape(batch, length * width)
-  return jax.vmap(device_text._compact)(flat, keep.reshape(batch, -1))  # pylint: disable=protected-access
+  return jax.vmap(device_text.compact)(flat, keep.reshape(batch, -1))
 
 
 # --- the verdict on device: `judge.judge_verdict` on UTF-8 byte ids --------------------------
@@ -103,11 +103,9 @@ def reply_bytes(tokens_BxN: Array, count_B: Array, token_bytes_VxK: Array,
 # join a word ("isn't") when they stand between two letters or digits.
 NEGATION_MARKS = tuple(map(ord, "*_\"'`\u2019-"))
 APOSTROPHES = (ord("'"), 0x2019)
-# device_text's private helpers, shared rather than copied.
-# pylint: disable=protected-access
-_compact, _shifted = device_text._compact, device_text._shifted
-_last, _in_class = device_text._last, device_text._in_class
-# pylint: enable=protected-access
+# device_text's byte helpers, shared rather than copied.
+_compact, _shifted = device_text.compact, device_text.shifted
+_last, _in_class = device_text.last_true, device_text.in_class
 
 
 def _utf8_characters(ids_L: Array) -> Array:
@@ -461,7 +459,7 @@ def _compiled():
   readings = _jit(lambda judge, state, q, a, r, key: judge.readings(state, q, a, r, key))
 
   def generate(judge, state, q, a, r, key):
-    out, _ = judge._generate(state[0], q, a, r, key)  # pylint: disable=protected-access
+    out, _ = judge._generate(state[0], q, a, r, key)
     return out.tokens, out.lengths
   return readings, _jit(generate)
 

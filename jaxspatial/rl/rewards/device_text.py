@@ -91,12 +91,13 @@ def _class_bounds(char_class: str) -> np.ndarray:
   return np.asarray([bound for span in spans for bound in span], np.int32)
 
 
-def _in_class(codepoints: Array, char_class: str) -> Array:
+def in_class(codepoints: Array, char_class: str) -> Array:
+  """Whether each code point is in a regex class ("\\w", "\\s", ...) as Python reads it."""
   bounds = jnp.asarray(_class_bounds(char_class))
   return jnp.searchsorted(bounds, codepoints, side="right") % 2 == 1
 
 
-def _shifted(x_L: Array, k: int, fill) -> Array:
+def shifted(x_L: Array, k: int, fill) -> Array:
   """out[p] = x[p + k], `fill` outside."""
   if k == 0:
     return x_L
@@ -117,22 +118,23 @@ def codepoints(ids_L: Array) -> Array:
   is_continuation = real & ((byte & 0xC0) == 0x80)
   well_formed = real & (size > 0)
   for k in range(1, 4):
-    well_formed &= (size <= k) | _shifted(is_continuation, k, False)
+    well_formed &= (size <= k) | shifted(is_continuation, k, False)
   covered = jnp.zeros(length, bool)
   for k in range(1, 4):
-    covered |= _shifted(well_formed & (size > k), -k, False)
+    covered |= shifted(well_formed & (size > k), -k, False)
   lead_bits = jnp.select([size == 1, size == 2, size == 3], [byte, byte & 0x1F, byte & 0x0F],
                          byte & 0x07)
   code = lead_bits
   for k in range(1, 4):
-    code = jnp.where(size > k, (code << 6) | (_shifted(byte, k, 0) & 0x3F), code)
+    code = jnp.where(size > k, (code << 6) | (shifted(byte, k, 0) & 0x3F), code)
   code = jnp.where(well_formed, code, 0xFFFD)
   starts_char = real & ~covered
   owner = jax.lax.cummax(jnp.where(starts_char, jnp.arange(length), 0))
   return jnp.where(real, code[owner], -1).astype(jnp.int32)
 
 
-def _last(mask_L: Array) -> Array:
+def last_true(mask_L: Array) -> Array:
+  """The index of the last True, -1 when none."""
   length = mask_L.shape[-1]
   return jnp.where(jnp.any(mask_L), length - 1 - jnp.argmax(mask_L[::-1]), -1)
 
@@ -157,8 +159,8 @@ def thinker3d_option(ids_L: Array, start: Array, end: Array) -> Array:
   length = ids_L.shape[-1]
   pos = jnp.arange(length)
   points = codepoints(ids_L)
-  is_word = _in_class(points, r"\w") & (points >= 0)
-  is_space = _in_class(points, r"\s") & (points >= 0)
+  is_word = in_class(points, r"\w") & (points >= 0)
+  is_space = in_class(points, r"\s") & (points >= 0)
   inside = (pos >= start) & (pos < end)
   content = inside & ~is_space
   lo = jnp.where(jnp.any(content), jnp.argmax(content), end)
@@ -170,14 +172,14 @@ def thinker3d_option(ids_L: Array, start: Array, end: Array) -> Array:
   def at(pattern: bytes) -> Array:  # [L] bool: `pattern` starts here, inside the text
     hit = jnp.ones(length, bool)
     for k, value in enumerate(pattern):
-      hit &= _shifted(t, k, -1) == value
+      hit &= shifted(t, k, -1) == value
     return hit
 
   def before(mask: Array, k: int) -> Array:  # mask[p - k]
-    return _shifted(mask, -k, False)
+    return shifted(mask, -k, False)
 
   letter = (t >= ord("A")) & (t <= ord("E"))
-  lone = letter & ~before(word, 1) & ~_shifted(word, 1, False)
+  lone = letter & ~before(word, 1) & ~shifted(word, 1, False)
   newline = t == ord("\n")
   is_byte = lambda *values: functools.reduce(jnp.logical_or, [t == ord(v) for v in values])
   # Per letter position: "answer is " ends just before it, after "My " / "my " ("my
@@ -188,11 +190,11 @@ def thinker3d_option(ids_L: Array, start: Array, end: Array) -> Array:
   after_the = (answer_is & before(is_byte("e"), 12) & before(is_byte("h"), 13)
                & before(is_byte("T", "t"), 14))
   answer = at(b"Answer")
-  answer_colon_space = answer & _shifted(is_byte(":"), 6, False) & _shifted(is_byte(" "), 7,
+  answer_colon_space = answer & shifted(is_byte(":"), 6, False) & shifted(is_byte(" "), 7,
                                                                              False)
 
   # Inside "<Answer>" up to the next "<" (or the end).
-  tag = _first(is_byte("<") & _shifted(answer, 1, False) & _shifted(is_byte(">"), 7, False))
+  tag = _first(is_byte("<") & shifted(answer, 1, False) & shifted(is_byte(">"), 7, False))
   section_lo = tag + len(b"<Answer>")
   following = _first((t == ord("<")) & (pos >= section_lo))
   section_hi = jnp.where(following >= 0, following, hi)
@@ -204,36 +206,36 @@ def thinker3d_option(ids_L: Array, start: Array, end: Array) -> Array:
   # the next line's match.
   plain = letter & ((pos == lo) | before(newline, 1))
   prefixed = letter & before(answer_colon_space, 8) & ((pos - 8 == lo) | before(newline, 9))
-  ends = (_shifted(t, 1, -1) == ord(".")) | (pos + 1 == hi) | _shifted(space, 1, False)
+  ends = (shifted(t, 1, -1) == ord(".")) | (pos + 1 == hi) | shifted(space, 1, False)
   line_start = (plain | prefixed) & ends
   opener = jnp.where(plain, pos - 1, pos - 9)  # its newline
   chained = line_start & (opener > lo) & newline[jnp.clip(opener, 0, length - 1)] & \
       line_start[jnp.clip(opener - 1, 0, length - 1)]
   # Between "*" or '"'; a match's closing delimiter cannot open the next one.
   delimiter = (t == ord("*")) | (t == ord('"'))
-  quoted = letter & before(delimiter, 1) & _shifted(delimiter, 1, False)
+  quoted = letter & before(delimiter, 1) & shifted(delimiter, 1, False)
   # "Answer", then ":" optionally, whitespace, the letter.
   answer_word = answer & ~before(word, 1)
-  after_colon = pos + len(b"Answer") + (_shifted(t, len(b"Answer"), -1) == ord(":"))
+  after_colon = pos + len(b"Answer") + (shifted(t, len(b"Answer"), -1) == ord(":"))
   next_nonspace = jax.lax.cummin(jnp.where(in_text & ~space, pos, length), reverse=True)
   target = jnp.append(next_nonspace, length)[jnp.clip(after_colon, 0, length)]
-  target_ok = (target < hi) & (letter & ~_shifted(word, 1, False))[
+  target_ok = (target < hi) & (letter & ~shifted(word, 1, False))[
       jnp.clip(target, 0, length - 1)]
   answer_label = jnp.where(answer_word & target_ok, target, -1)
 
   candidates = [
-      _last(letter & (_shifted(t, 1, -1) == ord("."))),
-      jnp.where(tag >= 0, _last(letter & in_section_from(13) & after_my), -1),
-      jnp.where(tag >= 0, _last(letter & in_section_from(14) & after_the), -1),
-      jnp.where(tag >= 0, _last(lone & in_section), -1),
-      _last(_greedy_scan(line_start, chained)),
-      _last(_greedy_scan(quoted, quoted & before(quoted, 2))),
+      last_true(letter & (shifted(t, 1, -1) == ord("."))),
+      jnp.where(tag >= 0, last_true(letter & in_section_from(13) & after_my), -1),
+      jnp.where(tag >= 0, last_true(letter & in_section_from(14) & after_the), -1),
+      jnp.where(tag >= 0, last_true(lone & in_section), -1),
+      last_true(_greedy_scan(line_start, chained)),
+      last_true(_greedy_scan(quoted, quoted & before(quoted, 2))),
       jnp.max(answer_label),
-      _last(letter & after_my),
-      _last(letter & after_answer_is),
+      last_true(letter & after_my),
+      last_true(letter & after_answer_is),
   ]
   line = jnp.cumsum(newline)
-  last_line = line[jnp.maximum(_last(lone), 0)]
+  last_line = line[jnp.maximum(last_true(lone), 0)]
   candidates.append(_first(lone & (line == last_line)))
   found = jnp.stack(candidates)
   chosen = found[jnp.argmax(found >= 0)]
@@ -305,7 +307,7 @@ ARTICLES = (tuple(b"a"), tuple(b"an"), tuple(b"the"))
 _HASH_BASE = 1000003
 
 
-def _compact(ids_L: Array, keep_L: Array) -> Array:
+def compact(ids_L: Array, keep_L: Array) -> Array:
   """The kept bytes moved to the front, -1 after."""
   length = ids_L.shape[-1]
   target = jnp.where(keep_L, jnp.cumsum(keep_L) - 1, length)
@@ -342,7 +344,7 @@ def normalize(ids_L: Array) -> Array:
   punct = jnp.zeros(ids.shape, bool)
   for byte in PUNCTUATION:
     punct |= ids == byte
-  ids = _compact(ids, (ids >= 0) & ~punct)
+  ids = compact(ids, (ids >= 0) & ~punct)
   in_word, index, offset, word_len, _ = _words(ids)
   length = ids.shape[-1]
   article = jnp.zeros(length, bool)  # per word
@@ -406,7 +408,7 @@ def rule_judge(prediction_L: Array, reference_L: Array, f1_threshold: float = 0.
 def span(ids_L: Array, start: Array, end: Array) -> Array:
   """ids[start:end] moved to the front, -1 after."""
   positions = jnp.arange(ids_L.shape[-1])
-  return _compact(ids_L, (positions >= start) & (positions < end) & (ids_L >= 0))
+  return compact(ids_L, (positions >= start) & (positions < end) & (ids_L >= 0))
 
 
 # --- PERIA's public reward manager on device (`text.peria_*`) --------------------------------
@@ -436,15 +438,15 @@ def whitespace(ids_L: Array) -> Array:
   """[L] bool: the byte belongs to a whitespace character (Python's Unicode set; the text
   well-formed UTF-8)."""
   one, two, three = (jnp.asarray(codes) for codes in _whitespace_codepoints())
-  second, third = _shifted(ids_L, 1, -1), _shifted(ids_L, 2, -1)
+  second, third = shifted(ids_L, 1, -1), shifted(ids_L, 2, -1)
   follows = lambda b: (b >= 0x80) & (b <= 0xBF)
   code2 = ((ids_L & 0x1F) << 6) | (second & 0x3F)
   code3 = ((ids_L & 0x0F) << 12) | ((second & 0x3F) << 6) | (third & 0x3F)
   starts2 = (ids_L >= 0xC2) & (ids_L <= 0xDF) & follows(second) & jnp.isin(code2, two)
   starts3 = ((ids_L >= 0xE0) & (ids_L <= 0xEF) & follows(second) & follows(third)
              & jnp.isin(code3, three))
-  return (jnp.isin(ids_L, one) | starts2 | _shifted(starts2, -1, False) | starts3
-          | _shifted(starts3, -1, False) | _shifted(starts3, -2, False))
+  return (jnp.isin(ids_L, one) | starts2 | shifted(starts2, -1, False) | starts3
+          | shifted(starts3, -1, False) | shifted(starts3, -2, False))
 
 
 def _at(ids_L: Array, index: Array) -> Array:
@@ -527,8 +529,8 @@ def _unbox(ids_L: Array) -> Array:
   accepted = valid & (previous_close != close)
   removed = jnp.zeros(length + 1, bool).at[jnp.where(accepted, close, length)].set(True)[:length]
   for k in range(len(_BOXED_OPEN)):
-    removed |= _shifted(accepted, -k, False)
-  return _compact(ids_L, (ids_L >= 0) & ~removed)
+    removed |= shifted(accepted, -k, False)
+  return compact(ids_L, (ids_L >= 0) & ~removed)
 
 
 def peria_normalize(ids_L: Array) -> Array:
@@ -575,7 +577,7 @@ def _same_decimal(a, b) -> Array:
 
 def _number(normalized_L: Array):
   """`text._peria_number` on bytes, its value exactly as `_decimal` parts."""
-  text = strip(_compact(normalized_L, (normalized_L >= 0) & (normalized_L != ord(","))))
+  text = strip(compact(normalized_L, (normalized_L >= 0) & (normalized_L != ord(","))))
   return _decimal(text, 0, _count(text), signed=True)
 
 
@@ -693,7 +695,7 @@ def peria_rule(prediction_L: Array, reference_L: Array) -> Array:
 def words(ids_L: Array) -> Array:
   """How many whitespace-separated words (Python's split())."""
   content = (ids_L >= 0) & ~whitespace(ids_L)
-  return jnp.sum(content & ~_shifted(content, -1, False))
+  return jnp.sum(content & ~shifted(content, -1, False))
 
 
 def peria_correct(answer_L: Array, references_RxLa: Array) -> tuple[Array, Array]:
