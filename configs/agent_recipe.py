@@ -47,7 +47,8 @@ def base(name: str, agent: str, variant: str) -> ml_collections.ConfigDict:
   c.reward = dict(weights={})
   # The LLM judge of free-form answers (Act3D's R_judge; PERIA's fallback after the rule
   # check): an OpenAI-compatible endpoint (vLLM, SGLang, ...) at `url` serving `model`, its
-  # key from the environment variable `api_key_env`; or `checkpoint`: a jaxspatial policy
+  # key from the environment variable `api_key_env` ("auto": $OPENAI_API_KEY, sent to
+  # api.openai.com only); or `checkpoint`: a jaxspatial policy
   # folder that judges on device inside the rollout (no host round trip); neither = the
   # on-device rule judge.
   # Act3D's training judge samples at temperature 0.1 with 64 tokens, its evaluation judge
@@ -59,7 +60,7 @@ def base(name: str, agent: str, variant: str) -> ml_collections.ConfigDict:
   # = PaddleOCR-VL).
   c.perception = dict(tools=(), url="", models=dict(ocr="", sam3="", grounding_dino=""),
                       max_tokens=256, timeout_s=60.0, retries=1)
-  c.judge = dict(url="", model="", api_key_env="OPENAI_API_KEY", timeout_s=60.0, retries=3,
+  c.judge = dict(url="", model="", api_key_env="auto", timeout_s=60.0, retries=3,
                  concurrency=16, max_requests=0, checkpoint="")
   # Think3D's scene reconstructed from each task's input images inside the rollout (one
   # host call per batch at its start; jaxspatial.perception.reconstruct's adapters): backend

@@ -23,7 +23,8 @@ config's temperature, 0.6); writes
 OUT/results.json, results.md (the paper's layout), predictions.jsonl, episodes.html and
 run.json. Answers are scored as each benchmark's official evaluation code reads them;
 `--letter_rule` / `--extract` pick a named option (a paper's own script, the strict letter).
-An endpoint's key is read from the environment variable `--api_key_env` names.
+An endpoint's key is read from the environment variable `--api_key_env` names; by default
+$OPENAI_API_KEY, and only for api.openai.com (any other host gets no key unless named).
 `--judge_endpoint URL --judge_model NAME`: open answers (ScanQA, SQA3D) scored by an LLM
 judge's verdict (Act3D's evaluation judge: temperature 0, 4 tokens); HR-Bench's every
 answer by the judge's yes / no, as HR-Bench's own scorer does. Think3D on a benchmark
@@ -69,8 +70,9 @@ _BATCH = flags.DEFINE_integer("batch", 16, "questions per batch")
 _TEMPERATURE = flags.DEFINE_float("temperature", 0.0, "sampling temperature")
 _CONCURRENCY = flags.DEFINE_integer("concurrency", 16, "requests in flight")
 _MAX_REQUESTS = flags.DEFINE_integer("max_requests", None, "the request budget")
-_API_KEY_ENV = flags.DEFINE_string("api_key_env", "OPENAI_API_KEY",
-                                   "the environment variable holding the endpoint's key")
+_API_KEY_ENV = flags.DEFINE_string(
+    "api_key_env", "auto", "the environment variable holding the endpoint's key (auto: "
+    "$OPENAI_API_KEY, sent only to api.openai.com; '' for none)")
 _TOOLS_ONLY = flags.DEFINE_bool("tools_only", False, "skip the no-tools setting")
 _JUDGE_ENDPOINT = flags.DEFINE_string("judge_endpoint", None, "an OpenAI-compatible judge of "
                                       "open answers (Act3D: Qwen3-30B-A3B-Instruct)")
@@ -81,8 +83,9 @@ _LETTER_RULE = flags.DEFINE_enum(
 _EXTRACT = flags.DEFINE_enum("extract", None, ["reply", "answer_block"],
                              "which text rules read (default: as the official code does)")
 _JUDGE_MODEL = flags.DEFINE_string("judge_model", None, "the judge endpoint's model")
-_JUDGE_KEY_ENV = flags.DEFINE_string("judge_api_key_env", "OPENAI_API_KEY",
-                                     "the environment variable holding the judge's key")
+_JUDGE_KEY_ENV = flags.DEFINE_string(
+    "judge_api_key_env", "auto", "the environment variable holding the judge's key (auto: "
+    "$OPENAI_API_KEY, sent only to api.openai.com)")
 
 
 def _benchmark() -> dict:

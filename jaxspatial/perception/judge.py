@@ -2,7 +2,7 @@
 
 `ChatEndpoint` POSTs {base_url}/chat/completions (model, messages, temperature, max_tokens,
 top_p), the key from an environment variable (never a file; no variable set -> no
-Authorization header), a batch on a thread pool of `concurrency` requests in flight,
+Authorization header; by default, "auto", $OPENAI_API_KEY and only to api.openai.com), a batch on a thread pool of `concurrency` requests in flight,
 retries with exponential backoff on 429, 5xx, timeouts and dropped connections (a
 Retry-After header is honoured up to the call's deadline), an optional budget of requests,
 and a `JudgeError` naming the URL, the model, the HTTP status and an excerpt of the body.
@@ -89,6 +89,7 @@ import os
 import re
 import threading
 import time
+import urllib.parse
 from typing import Sequence
 
 import numpy as np
@@ -104,6 +105,22 @@ class JudgeError(RuntimeError):
   """A chat request failed for good (after its retries), or the budget is spent."""
 
 
+# `api_key_env="auto"`: $OPENAI_API_KEY goes to OpenAI's own host and nowhere else, so a
+# local or third-party endpoint never receives the user's OpenAI key unasked.
+AUTO_KEY_ENV = "auto"
+OPENAI_KEY_ENV = "OPENAI_API_KEY"
+OPENAI_HOSTS = ("api.openai.com",)
+
+
+def key_variable(base_url: str, api_key_env: str | None) -> str | None:
+  """The environment variable whose value is sent as the bearer key to `base_url`: the one
+  named, or for "auto" $OPENAI_API_KEY on OpenAI's host only; None: no key."""
+  if api_key_env != AUTO_KEY_ENV:
+    return api_key_env or None
+  host = urllib.parse.urlsplit(base_url).hostname or ""
+  return OPENAI_KEY_ENV if host.lower() in OPENAI_HOSTS else None
+
+
 # --- the endpoint --------------------------------------------------------------------------
 
 class ChatEndpoint:
@@ -117,9 +134,10 @@ class ChatEndpoint:
   what is left is refused before sending). `extra_body` is merged into every request
   (e.g. {"chat_template_kwargs": {"enable_thinking": False}} for vLLM);
   `max_tokens_field` names the length field ("max_completion_tokens" for OpenAI's
-  reasoning models)."""
+  reasoning models). `api_key_env`: the variable holding the key ("auto": $OPENAI_API_KEY
+  for api.openai.com only, `key_variable`; None: no key)."""
 
-  def __init__(self, base_url: str, model: str, api_key_env: str | None = "OPENAI_API_KEY",
+  def __init__(self, base_url: str, model: str, api_key_env: str | None = AUTO_KEY_ENV,
                timeout_s: float = 60.0, retries: int = 3, concurrency: int = 8,
                backoff_s: float = 1.0, deadline_s: float | None = None,
                max_requests: int | None = None, extra_body: dict | None = None,
@@ -132,7 +150,7 @@ class ChatEndpoint:
       raise ValueError(f"ChatEndpoint: max_requests must be >= 0 or None, got {max_requests}")
     self.base_url = base_url.rstrip("/")
     self.url = f"{self.base_url}/chat/completions"
-    self.model, self.api_key_env = model, api_key_env
+    self.model, self.api_key_env = model, key_variable(self.base_url, api_key_env)
     self.timeout_s, self.retries, self.backoff_s = float(timeout_s), int(retries), float(backoff_s)
     self.concurrency = int(concurrency)
     self.deadline_s = (float(deadline_s) if deadline_s is not None else

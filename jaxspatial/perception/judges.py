@@ -1,6 +1,6 @@
 """`make_judge`: a config's judge block -> the judge a rollout calls.
 
-    block = dict(url="", model="", checkpoint="", api_key_env="OPENAI_API_KEY",
+    block = dict(url="", model="", checkpoint="", api_key_env="auto",
                  timeout_s=60.0, retries=3, concurrency=16, max_requests=0)
     judge = make_judge(block, "act3d_training")
 
@@ -55,7 +55,7 @@ def make_endpoint(block: Mapping | Any):
     raise ValueError(f"judge.url is {url!r} but judge.model is empty: name the model the "
                      "endpoint serves")
   return judge.ChatEndpoint(url, model_name,
-                            api_key_env=_field(block, "api_key_env", "OPENAI_API_KEY"),
+                            api_key_env=_field(block, "api_key_env", judge.AUTO_KEY_ENV),
                             timeout_s=_field(block, "timeout_s", 60.0),
                             retries=_field(block, "retries", 3),
                             concurrency=_field(block, "concurrency", 16),

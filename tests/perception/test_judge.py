@@ -9,7 +9,7 @@ import pytest
 
 from jaxspatial.perception.judge import (PROMPTS, ChatEndpoint, JudgeError, LLMJudge,
                                          act3d_eval_judge, act3d_training_judge,
-                                         judge_verdict, peria_fallback_judge)
+                                         judge_verdict, key_variable, peria_fallback_judge)
 from tests.perception.chat_server import ChatServer
 from tests.deadline import deadline
 
@@ -262,6 +262,20 @@ def test_the_api_key_comes_from_the_environment(server, monkeypatch):
   monkeypatch.setenv("OPENAI_API_KEY", "sk-other")
   act3d_eval_judge(_endpoint(server, api_key_env=None)).judge_texts(["q?"], ["a"], [["a"]])
   assert "Authorization" not in server.requests[-1]["headers"]
+  # The default, "auto": $OPENAI_API_KEY goes to OpenAI's host only, never to loopback.
+  act3d_eval_judge(ChatEndpoint(server.base_url, "judge", timeout_s=5)).judge_texts(
+      ["q?"], ["a"], [["a"]])
+  assert "Authorization" not in server.requests[-1]["headers"]
+  named = ChatEndpoint(server.base_url, "judge", api_key_env="OPENAI_API_KEY", timeout_s=5)
+  act3d_eval_judge(named).judge_texts(["q?"], ["a"], [["a"]])
+  assert server.requests[-1]["headers"]["Authorization"] == "Bearer sk-other"
+  assert key_variable("https://api.openai.com/v1", "auto") == "OPENAI_API_KEY"
+  assert key_variable("https://API.OpenAI.com:443/v1", "auto") == "OPENAI_API_KEY"
+  for url in ("http://127.0.0.1:8000/v1", "https://api.openai.com.evil.example/v1",
+              "https://evil.example/api.openai.com/v1", "http://localhost/v1"):
+    assert key_variable(url, "auto") is None, url
+  assert key_variable("http://127.0.0.1/v1", "MY_KEY") == "MY_KEY"
+  assert key_variable("https://api.openai.com/v1", "") is None
 
 
 def test_settings_are_checked():

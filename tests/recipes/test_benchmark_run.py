@@ -10,6 +10,7 @@ import collections
 import hashlib
 import io
 import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -80,9 +81,11 @@ def _chatty(row, seed: int) -> str:
   return official_scorers.chatty_replies(rng, meant, LETTERS[:options])
 
 
-def _run(module: str, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+def _run(module: str, *args: str, timeout: int = 600,
+         env: dict | None = None) -> subprocess.CompletedProcess:
   return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, capture_output=True,
-                        text=True, timeout=timeout, check=False)
+                        text=True, timeout=timeout, check=False,
+                        env=None if env is None else {**os.environ, **env})
 
 
 @pytest.fixture(scope="module")
@@ -221,12 +224,16 @@ def test_tools_and_no_tools_side_by_side(tmp_path):
   out = tmp_path / "out"
   with ChatServer() as server:
     server.reply_fn = reply_fn
+    # The user's OpenAI key is in the environment, no --api_key_env: a loopback endpoint
+    # must not receive it.
     done = _run("launch.eval", "--benchmark", "mindcube_tiny", "--data_dir",
                 str(tmp_path / "data"), "--endpoint", server.base_url, "--model", "scripted",
-                "--agent", "think3d", "--seeds", "2", "--out", str(out), "--api_key_env",
-                "JAXSPATIAL_TEST_UNSET_KEY", "--config", "configs/think3d_rl.py:cpu",
-                "--config.agent.width=64", "--config.agent.height=48")
+                "--agent", "think3d", "--seeds", "2", "--out", str(out), "--config",
+                "configs/think3d_rl.py:cpu", "--config.agent.width=64",
+                "--config.agent.height=48", env={"OPENAI_API_KEY": "sk-not-for-loopback"})
+    headers = [r["headers"] for r in server.requests]
   assert done.returncode == 0, done.stderr[-3000:]
+  assert headers and not any("Authorization" in h for h in headers)
   results = json.loads((out / "results.json").read_text())
   expected_no_tools = np.mean([r["gt_answer"] == "A" for r in rows])
   assert results["settings"]["tools"]["overall"]["accuracy"] == pytest.approx(1.0)
