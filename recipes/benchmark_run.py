@@ -36,9 +36,7 @@ from __future__ import annotations
 import dataclasses
 import html
 import json
-import os
 import pathlib
-import tempfile
 import time
 from typing import Iterator, Sequence
 
@@ -50,6 +48,7 @@ from data_pipelines.loader import MAX_VIEWS, scene_questions, scene_tasks
 from data_pipelines.protocols import Protocol, protocol as named_protocol
 from data_pipelines.readers.common import BenchmarkQuestion
 from jaxspatial.envs import decode_text
+from jaxspatial.eval.report import write_text_atomically
 from jaxspatial.geometry import bucket_size
 from jaxspatial.rollout.episode import ANSWER_BYTES
 from recipes.benchmark_eval import evaluate_predictions
@@ -139,18 +138,6 @@ class Episode:
   turns: list[str]
   requests: int = 0
   error: str | None = None
-
-
-def _write_atomic(path: pathlib.Path, text: str) -> None:
-  path.parent.mkdir(parents=True, exist_ok=True)
-  handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-  try:
-    with os.fdopen(handle, "w") as f:
-      f.write(text)
-    os.replace(temporary, path)
-  except BaseException:
-    os.unlink(temporary)
-    raise
 
 
 def episodes_html(questions: dict[str, BenchmarkQuestion], episodes: dict[str, list[Episode]],
@@ -295,7 +282,7 @@ def run_benchmark(benchmark: str, data_dir, out_dir, backend, *, agent=None,
         rows.append(json.dumps({"setting": setting, "seed": int(seed), "question_id": qid,
                                 "category": spec.category(q), "reference": q.answer,
                                 "prediction": text, "score": float(score)}))
-      _write_atomic(out / "predictions.jsonl", "".join(r + "\n" for r in rows))
+      write_text_atomically(out / "predictions.jsonl", "".join(r + "\n" for r in rows))
       if seed == seeds[0]:
         shown[setting] = kept
   name = title or f"{benchmark}: {backend.name}" + (f" ({agent.name})" if agent else "")
@@ -304,7 +291,7 @@ def run_benchmark(benchmark: str, data_dir, out_dir, backend, *, agent=None,
   for row in map(json.loads, rows):
     if row["seed"] == int(seeds[0]):
       scores.setdefault(row["setting"], {})[row["question_id"]] = row["score"]
-  _write_atomic(out / "episodes.html", episodes_html(by_id, shown, scores, out, name))
+  write_text_atomically(out / "episodes.html", episodes_html(by_id, shown, scores, out, name))
   run = {"benchmark": benchmark, "split": split, "backend": backend.describe(),
          "agent": getattr(agent, "name", None), "settings": list(settings),
          "seeds": [int(s) for s in seeds], "questions": len(questions),
@@ -314,7 +301,7 @@ def run_benchmark(benchmark: str, data_dir, out_dir, backend, *, agent=None,
          "scoring": {"letter_rule": spec.letter_rule, "number_rule": spec.number_rule,
                      "inclusive": spec.inclusive, "extract": spec.extract},
          "seconds": round(time.perf_counter() - start, 3)}
-  _write_atomic(out / "run.json", json.dumps(run, indent=2) + "\n")
+  write_text_atomically(out / "run.json", json.dumps(run, indent=2) + "\n")
   return document
 
 

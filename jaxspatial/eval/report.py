@@ -96,9 +96,14 @@ def markdown_table(document: dict, title: str | None = None) -> str:
   return "\n".join(lines) + "\n"
 
 
-def _write_atomically(path: pathlib.Path, text: str) -> None:
+def write_text_atomically(path, text: str) -> None:
+  """`text` to `path` through a temporary file in its folder and a rename, with mode 0644
+  (a results file others read; mkstemp's own is 0600)."""
+  path = pathlib.Path(path)
+  path.parent.mkdir(parents=True, exist_ok=True)
   handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
   try:
+    os.fchmod(handle, 0o644)
     with os.fdopen(handle, "w") as f:
       f.write(text)
       f.flush()
@@ -115,6 +120,6 @@ def write_results(out_dir, document: dict, title: str | None = None) -> dict:
   out = pathlib.Path(out_dir)
   out.mkdir(parents=True, exist_ok=True)
   paths = {"json": out / "results.json", "md": out / "results.md"}
-  _write_atomically(paths["json"], json.dumps(document, indent=2, sort_keys=False) + "\n")
-  _write_atomically(paths["md"], markdown_table(document, title))
+  write_text_atomically(paths["json"], json.dumps(document, indent=2, sort_keys=False) + "\n")
+  write_text_atomically(paths["md"], markdown_table(document, title))
   return paths

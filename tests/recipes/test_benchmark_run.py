@@ -166,6 +166,8 @@ def test_no_tools_scores_chatty_replies_as_mindcube_does(built, tmp_path):
   assert page.count("class=q>") == 50 and "views/00000_no_tools_0.png" in page
   assert (out / "views" / "00000_no_tools_0.png").exists()
   assert "Rotation" in (out / "results.md").read_text()
+  for name in ("results.json", "results.md", "predictions.jsonl", "run.json", "episodes.html"):
+    assert (out / name).stat().st_mode & 0o777 == 0o644, name  # readable, as files are
 
 
 def _caches(rows, folder: pathlib.Path) -> None:
