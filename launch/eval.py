@@ -49,6 +49,7 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 import recipes
+from jaxspatial.eval.report import failures_line
 
 # The paper config whose agent block `--agent` takes.
 AGENT_CONFIGS = {"think3d": "configs.think3d_rl", "act3d": "configs.act3d_grpo",
@@ -82,6 +83,9 @@ _LETTER_RULE = flags.DEFINE_enum(
     "think3d / thinker3d: those papers' own scripts, letter: the strict leading letter)")
 _EXTRACT = flags.DEFINE_enum("extract", None, ["reply", "answer_block"],
                              "which text rules read (default: as the official code does)")
+_MAX_FAILED = flags.DEFINE_float(
+    "max_failed_share", 0.1, "exit non-zero when more than this share of a setting's items "
+    "failed (requests or episodes that failed for good; they score 0 and are counted)")
 _JUDGE_MODEL = flags.DEFINE_string("judge_model", None, "the judge endpoint's model")
 _JUDGE_KEY_ENV = flags.DEFINE_string(
     "judge_api_key_env", "auto", "the environment variable holding the judge's key (auto: "
@@ -115,7 +119,7 @@ def _benchmark() -> dict:
     backend = EndpointBackend(ChatEndpoint(_ENDPOINT.value, _MODEL.value,
                                            api_key_env=_API_KEY_ENV.value or None,
                                            concurrency=_CONCURRENCY.value,
-                                           max_requests=_MAX_REQUESTS.value),
+                                           max_requests=_MAX_REQUESTS.value, role="policy"),
                               temperature=_TEMPERATURE.value)
   else:
     rollout = evaluation_rollout(config) if config is not None else {}
@@ -146,6 +150,12 @@ def main(argv) -> None:
                      indent=2))
     print(f"results: {_OUT.value}/results.json, {_OUT.value}/results.md, "
           f"{_OUT.value}/episodes.html")
+    failed = document.get("failures", {})
+    worst = max((e["failed"] / e["items"] for e in failed.values() if e["items"]), default=0)
+    if worst > _MAX_FAILED.value:
+      sys.exit(f"launch.eval: {failures_line(document)} More than --max_failed_share "
+               f"{_MAX_FAILED.value:g} failed; see the error field of {_OUT.value}/"
+               "predictions.jsonl")
     return
   results = recipes.evaluate(_CONFIG.value, _CHECKPOINT.value, _SPLIT.value, _BEST.value)
   print(json.dumps(results, indent=2))

@@ -79,11 +79,14 @@ class EndpointBackend:
                  "temperature": self.temperature, "max_tokens": self.answer_tokens}
                 for r in range(rows)]
     base = self._seeded(seed)
-    try:  # complete_many returns when the batch is done: the seed never changes under one
-      replies = self.endpoint.complete_many(requests)
+    try:  # complete_each returns when the batch is done: the seed never changes under one
+      replies = self.endpoint.complete_each(requests)
     finally:
       self.endpoint.extra_body = base
-    return [Episode("", reply.strip(), views[r], [reply], requests=1)
+    # A request that failed for good is that question's failure, not the batch's.
+    return [Episode("", "", views[r], [], requests=1, error=str(reply))
+            if isinstance(reply, Exception) else
+            Episode("", reply.strip(), views[r], [reply], requests=1)
             for r, reply in enumerate(replies)]
 
   @contextlib.contextmanager

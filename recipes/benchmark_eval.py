@@ -41,13 +41,16 @@ def evaluate_predictions(questions: Sequence[BenchmarkQuestion],
                          predictions: Mapping[str, Mapping[Any, Mapping[str, Any]]],
                          benchmark: str | Protocol, out_dir=None,
                          compare: Sequence[tuple[str, str]] | None = None,
-                         primary: str | None = None, title: str | None = None) -> dict:
+                         primary: str | None = None, title: str | None = None,
+                         failures: Mapping[str, dict] | None = None) -> dict:
   """The results document of `predictions[setting][seed][question_id]` (text or score) over
   the benchmark's questions; written to `out_dir` (results.json, results.md) when given.
 
   Every seed of every setting must predict every question the protocol selects; ids no
   question has are an error (the wrong benchmark's predictions). `compare` defaults to
-  ("tools", "no_tools") when both settings are present."""
+  ("tools", "no_tools") when both settings are present. `failures`: per setting {"items",
+  "failed", "categories": {column: count}}, the items whose request or episode failed (they
+  score 0), shown beside the accuracy."""
   spec = named_protocol(benchmark) if isinstance(benchmark, str) else benchmark
   selected = spec.select(questions)
   if not selected:
@@ -76,7 +79,8 @@ def evaluate_predictions(questions: Sequence[BenchmarkQuestion],
       settings, benchmark=spec.benchmark, primary=primary, columns=[
           c for c in spec.columns if any(c in s["categories"] for s in settings.values())],
       labels=spec.labels, compare=compare, seeds=seeds, questions=len(selected),
-      metrics=sorted({spec.metric(q) for q in selected}))
+      metrics=sorted({spec.metric(q) for q in selected}),
+      **({} if failures is None else {"failures": dict(failures)}))
   if out_dir is not None:
     report.write_results(out_dir, document, title)
   return document

@@ -25,8 +25,9 @@ words) or a number (VSI-Bench's numeric types), the views, then the question as 
 benchmark writes it.
 
 Outputs under `out_dir`: results.json and results.md (the paper's layout: rows = settings,
-columns = its categories), predictions.jsonl (every answer: setting, seed, question_id,
-category, reference, prediction, score), episodes.html (the first `episodes` questions of
+columns = its categories, the failed items per setting and category), predictions.jsonl
+(every answer: setting, seed, question_id, category, reference, prediction, score, error:
+why the item failed, None if it did not; a failed item scores 0), episodes.html (the first `episodes` questions of
 seed 0: views, turns and answers of each setting, the views as PNG files beside it) and
 run.json (the run's settings, backend and request counts).
 """
@@ -245,6 +246,8 @@ def run_benchmark(benchmark: str, data_dir, out_dir, backend, *, agent=None,
   out = pathlib.Path(out_dir)
   predictions: dict = {s: {} for s in settings}
   judged: dict = {}  # (setting, seed, question id) -> the judge's verdict
+  errors: dict = {}  # (setting, seed, question id) -> why the item failed (scored 0)
+  failures = {s: {c: 0 for c in spec.columns} for s in settings}
   shown: dict[str, list[Episode]] = {}
   rows: list[str] = []
   start = time.perf_counter()
@@ -270,23 +273,36 @@ def run_benchmark(benchmark: str, data_dir, out_dir, backend, *, agent=None,
         for k, (qid, episode) in enumerate(zip(ids, results[:real])):
           episode.question_id = qid
           answers[qid] = episode.prediction
+          if episode.error:
+            errors[(setting, int(seed), qid)] = episode.error
+            column = spec.column(by_id[qid])
+            if column is not None:
+              failures[setting][column] += 1
           if verdicts is not None and spec.judged(by_id[qid]):
             judged[(setting, int(seed), qid)] = float(verdicts[k])
           if seed == seeds[0] and len(kept) < episodes:
             kept.append(episode)
+      # A failed item (its request or episode failed for good) counts wrong, as the papers
+      # count a question without an answer.
       predictions[setting][int(seed)] = {
-          qid: judged.get((setting, int(seed), qid), text) for qid, text in answers.items()}
+          qid: 0.0 if (setting, int(seed), qid) in errors else
+          judged.get((setting, int(seed), qid), text) for qid, text in answers.items()}
       for qid, text in answers.items():
         q = by_id[qid]
         score = spec.score(q, predictions[setting][int(seed)][qid])
         rows.append(json.dumps({"setting": setting, "seed": int(seed), "question_id": qid,
                                 "category": spec.category(q), "reference": q.answer,
-                                "prediction": text, "score": float(score)}))
+                                "prediction": text, "score": float(score),
+                                "error": errors.get((setting, int(seed), qid))}))
       write_text_atomically(out / "predictions.jsonl", "".join(r + "\n" for r in rows))
       if seed == seeds[0]:
         shown[setting] = kept
   name = title or f"{benchmark}: {backend.name}" + (f" ({agent.name})" if agent else "")
-  document = evaluate_predictions(questions, predictions, spec, out, title=name)
+  items = len(questions) * len(seeds)
+  document = evaluate_predictions(questions, predictions, spec, out, title=name, failures={
+      s: {"items": items, "failed": sum(counts.values()),
+          "categories": {c: n for c, n in counts.items() if n}}
+      for s, counts in failures.items()})
   scores = {}
   for row in map(json.loads, rows):
     if row["seed"] == int(seeds[0]):

@@ -93,7 +93,21 @@ def markdown_table(document: dict, title: str | None = None) -> str:
             + (f" ({mode})" if mode else "") + "."]
   lines.append(f"Percent; mean ± {SPREAD}, {seeds} seed{'s' if seeds != 1 else ''}."
                if seeds > 1 else "Percent; one seed.")
+  if "failures" in document:
+    lines.append(failures_line(document))
   return "\n".join(lines) + "\n"
+
+
+def failures_line(document: dict) -> str:
+  """The results' failure counts as one line: "Failed requests or episodes (scored 0):
+  no_tools 0 of 3150; tools 3 of 3150 (Rotation 1, Among 2)."."""
+  labels = document.get("labels", {})
+  parts = []
+  for setting, entry in document["failures"].items():
+    where = ", ".join(f"{labels.get(c, c)} {n}" for c, n in entry["categories"].items())
+    parts.append(f"{setting} {entry['failed']} of {entry['items']}"
+                 + (f" ({where})" if where else ""))
+  return "Failed requests or episodes (scored 0): " + "; ".join(parts) + "."
 
 
 def write_text_atomically(path, text: str) -> None:

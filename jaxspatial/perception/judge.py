@@ -134,14 +134,15 @@ class ChatEndpoint:
   what is left is refused before sending). `extra_body` is merged into every request
   (e.g. {"chat_template_kwargs": {"enable_thinking": False}} for vLLM);
   `max_tokens_field` names the length field ("max_completion_tokens" for OpenAI's
-  reasoning models). `api_key_env`: the variable holding the key ("auto": $OPENAI_API_KEY
+  reasoning models). `role` names the endpoint in errors ("policy endpoint ...", "judge
+  endpoint ..."). `api_key_env`: the variable holding the key ("auto": $OPENAI_API_KEY
   for api.openai.com only, `key_variable`; None: no key)."""
 
   def __init__(self, base_url: str, model: str, api_key_env: str | None = AUTO_KEY_ENV,
                timeout_s: float = 60.0, retries: int = 3, concurrency: int = 8,
                backoff_s: float = 1.0, deadline_s: float | None = None,
                max_requests: int | None = None, extra_body: dict | None = None,
-               max_tokens_field: str = "max_tokens"):
+               max_tokens_field: str = "max_tokens", role: str = "chat"):
     if not timeout_s > 0 or retries < 0 or concurrency < 1 or backoff_s < 0:
       raise ValueError(f"ChatEndpoint: expected timeout_s > 0, retries >= 0, concurrency >= 1 "
                        f"and backoff_s >= 0, got {timeout_s}, {retries}, {concurrency}, "
@@ -151,6 +152,7 @@ class ChatEndpoint:
     self.base_url = base_url.rstrip("/")
     self.url = f"{self.base_url}/chat/completions"
     self.model, self.api_key_env = model, key_variable(self.base_url, api_key_env)
+    self.role = role  # what the endpoint is to the caller, named in errors ("policy", "judge")
     self.timeout_s, self.retries, self.backoff_s = float(timeout_s), int(retries), float(backoff_s)
     self.concurrency = int(concurrency)
     self.deadline_s = (float(deadline_s) if deadline_s is not None else
@@ -179,7 +181,7 @@ class ChatEndpoint:
     return {**row, "sent": sent, "budget": self.max_requests, "usage": usage}
 
   def _error(self, cause: str) -> JudgeError:
-    return JudgeError(f"chat endpoint {self.url} (model {self.model!r}): {cause}")
+    return JudgeError(f"{self.role} endpoint {self.url} (model {self.model!r}): {cause}")
 
   def _take_budget(self, cause: str | None = None) -> None:
     with self._lock:
@@ -274,6 +276,30 @@ class ChatEndpoint:
       raise JudgeError(f"{len(failed)} of {len(requests)} judge requests failed ({cancelled} "
                        f"not sent); the first: {error}") from error
     return [f.result() for f in futures]
+
+
+  def complete_each(self, requests: Sequence[dict]) -> list:
+    """Replies to `requests` in order, `concurrency` at a time, every one tried: a request
+    that failed for good (after its retries) is its `JudgeError` in place of the reply,
+    so one bad request never costs the others (failures are data). The request budget is
+    checked for the whole batch first, as `complete_many` does."""
+    if not requests:
+      return []
+    with self._lock:
+      left = None if self.max_requests is None else self.max_requests - self._sent
+    if left is not None and left < len(requests):
+      raise self._error(f"a batch of {len(requests)} requests is over what is left of the "
+                        f"request budget ({left} of {self.max_requests}); nothing was sent")
+    workers = min(self.concurrency, len(requests))
+    with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix=self.role) as pool:
+      futures = [pool.submit(self.complete, **r) for r in requests]
+    out = []
+    for future in futures:
+      error = future.exception()
+      if error is not None and not isinstance(error, JudgeError):
+        raise error  # a bug, not a failed request
+      out.append(error if error is not None else future.result())
+    return out
 
 
 def _retry_after(value: str | None) -> float | None:

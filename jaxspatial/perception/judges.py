@@ -59,7 +59,8 @@ def make_endpoint(block: Mapping | Any):
                             timeout_s=_field(block, "timeout_s", 60.0),
                             retries=_field(block, "retries", 3),
                             concurrency=_field(block, "concurrency", 16),
-                            max_requests=_field(block, "max_requests", 0) or None)
+                            max_requests=_field(block, "max_requests", 0) or None,
+                            role="judge")
 
 
 def make_judge(block: Mapping | Any, preset: str, endpoint=None, prompt: str | None = None):

@@ -11,7 +11,8 @@ cannot read gets "UNREADABLE PROMPT". Failure modes, settable between requests:
 HTTP status, 429 with Retry-After: 0), `malformed` (200 with broken JSON), `reply_body`
 (200 with these exact bytes), `die` (close the socket without replying), `reply_fn` (a
 function of the request body returning the reply text, instead of the judge rule: scripted
-agents). Every request is
+agents), `status_fn` (a function of the request body returning an HTTP status for it, None
+for 200: a request that fails for good). Every request is
 recorded (`requests`: body, headers, parsed case, start and end times).
 """
 
@@ -72,6 +73,7 @@ class ChatServer:
     self.reply_body: bytes | None = None
     self.die = False
     self.reply_fn = None
+    self.status_fn = None
     self.requests: list[dict] = []
     self._lock = threading.Lock()
     owner = self
@@ -158,6 +160,11 @@ class ChatServer:
         or not isinstance(body.get("messages"), list) or not body["messages"]):
       self._send(handler, 400, json.dumps(
           {"error": {"message": "expected model and messages"}}).encode())
+      return
+    chosen = self.status_fn(body) if self.status_fn is not None else None
+    if chosen not in (None, 200):
+      self._send(handler, chosen, json.dumps(
+          {"error": {"message": f"scripted status {chosen}", "type": "test"}}).encode())
       return
     user = [m.get("content", "") for m in body["messages"]
             if isinstance(m, dict) and m.get("role") == "user"]

@@ -248,6 +248,43 @@ def test_tools_and_no_tools_side_by_side(tmp_path):
       list((out / "views").glob("*_no_tools_*.png")))
 
 
+def test_failed_requests_are_counted_wrong_and_named(tmp_path):
+  """Two questions' requests fail for good (HTTP 400, no retry): the run finishes the
+  others, scores those two 0, names their errors in predictions.jsonl, counts them per
+  category in results.json and results.md, and exits non-zero over --max_failed_share."""
+  rows = [r for r in _rows() if r["id"].startswith("rotation")][:6]
+  build_small(tmp_path, rows, 64, 48)
+  failing = {rows[1]["question"], rows[4]["question"]}
+
+  def text(body):
+    return "".join(p.get("text", "") for p in body["messages"][1]["content"])
+
+  out = tmp_path / "out"
+  with ChatServer() as server:
+    server.reply_fn = lambda body: next(f"The answer is {r['gt_answer']}." for r in rows
+                                        if r["question"] in text(body))
+    server.status_fn = lambda body: 400 if any(q in text(body) for q in failing) else None
+    done = _run("launch.eval", "--benchmark", "mindcube_tiny", "--data_dir",
+                str(tmp_path / "data"), "--endpoint", server.base_url, "--model", "scripted",
+                "--seeds", "1", "--out", str(out))
+    sent = len(server.requests)
+  assert sent == len(rows)  # one request each: a 400 is not retried, nothing aborted
+  assert done.returncode != 0
+  message = done.stderr.strip().splitlines()[-1]
+  assert "no_tools 2 of 6 (Rotation 2)" in message and "--max_failed_share 0.1" in message
+  predictions = [json.loads(line) for line in (out / "predictions.jsonl").read_text()
+                 .splitlines()]
+  errors = {p["question_id"]: p["error"] for p in predictions if p["error"]}
+  assert set(errors) == {rows[1]["id"], rows[4]["id"]}
+  assert all(e.startswith("policy endpoint ") and "HTTP 400" in e for e in errors.values())
+  assert all(p["score"] == (0.0 if p["error"] else 1.0) for p in predictions)
+  results = json.loads((out / "results.json").read_text())
+  assert results["failures"]["no_tools"] == {"items": 6, "failed": 2,
+                                             "categories": {"rotation": 2}}
+  assert results["overall"]["accuracy"] == pytest.approx(4 / 6)
+  assert "no_tools 2 of 6 (Rotation 2)" in (out / "results.md").read_text()
+
+
 @pytest.mark.slow
 def test_policy_folder_on_device(tmp_path):
   """A tiny Qwen2.5-VL folder as the backend: no-tools answers through the serving engine
@@ -345,10 +382,11 @@ def test_scanqa_act3d_episodes_judged(tmp_path):
   assert "forward" in page and page.count("class=q>") == len(rows)
 
 
-def test_failed_request_keeps_the_finished_seeds(built, tmp_path):
-  """A request that fails for good stops the run after the seeds already written; the
+def test_a_dropped_request_fails_its_item_not_the_run(built, tmp_path):
+  """Requests that fail for good (the server drops seed 1's connections) are that seed's
+  failed items: the run finishes and writes every file, the failures counted; the
   endpoint's seed field is restored."""
-  from jaxspatial.perception.judge import ChatEndpoint, JudgeError  # pylint: disable=import-outside-toplevel
+  from jaxspatial.perception.judge import ChatEndpoint  # pylint: disable=import-outside-toplevel
   from recipes.benchmark_backends import EndpointBackend  # pylint: disable=import-outside-toplevel
   data, _, _ = built
 
@@ -360,14 +398,16 @@ def test_failed_request_keeps_the_finished_seeds(built, tmp_path):
   with ChatServer() as server:
     server.reply_fn = reply_fn
     endpoint = ChatEndpoint(server.base_url, "m", api_key_env=None, retries=0, concurrency=2)
-    with pytest.raises(JudgeError):
-      benchmark_run.run_benchmark("mindcube_tiny", data, tmp_path / "out",
-                                  EndpointBackend(endpoint), seeds=(0, 1), limit=4)
+    document = benchmark_run.run_benchmark("mindcube_tiny", data, tmp_path / "out",
+                                           EndpointBackend(endpoint), seeds=(0, 1), limit=4)
   assert endpoint.extra_body == {}
   kept = [json.loads(line) for line in (tmp_path / "out" / "predictions.jsonl").read_text()
           .splitlines()]
-  assert [(r["seed"], r["prediction"]) for r in kept] == [(0, "B")] * 4
-  assert not (tmp_path / "out" / "results.json").exists()
+  assert [(r["seed"], r["prediction"], r["error"] is None) for r in kept] == (
+      [(0, "B", True)] * 4 + [(1, "", False)] * 4)
+  assert all("chat endpoint" in r["error"] for r in kept[4:])
+  assert document["failures"]["no_tools"]["failed"] == 4
+  assert (tmp_path / "out" / "results.json").exists()
 
 
 def test_missing_backend_and_unprepared_benchmark(tmp_path):
