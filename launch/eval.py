@@ -70,6 +70,14 @@ _OUT = flags.DEFINE_string("out", None, "the output folder")
 _BATCH = flags.DEFINE_integer("batch", 16, "questions per batch")
 _TEMPERATURE = flags.DEFINE_float("temperature", 0.0, "sampling temperature")
 _CONCURRENCY = flags.DEFINE_integer("concurrency", 16, "requests in flight")
+_REQUEST_TIMEOUT = flags.DEFINE_float("request_timeout_s", 60.0, "seconds one request to the "
+                                      "policy endpoint may take (each attempt)")
+_RETRIES = flags.DEFINE_integer("retries", 3, "more attempts of a policy request after a "
+                                "timeout, a dropped connection, 429 or 5xx")
+_ANSWER_TOKENS = flags.DEFINE_integer("max_tokens", 64, "the token budget of a no-tools "
+                                      "answer (a reasoning model needs more)")
+_TURN_TOKENS = flags.DEFINE_integer("turn_tokens", 1024, "the token budget of each turn of "
+                                    "an endpoint's tool episodes")
 _MAX_REQUESTS = flags.DEFINE_integer("max_requests", None, "the request budget")
 _API_KEY_ENV = flags.DEFINE_string(
     "api_key_env", "auto", "the environment variable holding the endpoint's key (auto: "
@@ -119,8 +127,12 @@ def _benchmark() -> dict:
     backend = EndpointBackend(ChatEndpoint(_ENDPOINT.value, _MODEL.value,
                                            api_key_env=_API_KEY_ENV.value or None,
                                            concurrency=_CONCURRENCY.value,
+                                           timeout_s=_REQUEST_TIMEOUT.value,
+                                           retries=_RETRIES.value,
                                            max_requests=_MAX_REQUESTS.value, role="policy"),
-                              temperature=_TEMPERATURE.value)
+                              temperature=_TEMPERATURE.value,
+                              answer_tokens=_ANSWER_TOKENS.value,
+                              turn_tokens=_TURN_TOKENS.value)
   else:
     rollout = evaluation_rollout(config) if config is not None else {}
     backend = PolicyBackend(_CHECKPOINT.value, temperature=_TEMPERATURE.value,

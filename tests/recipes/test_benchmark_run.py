@@ -266,9 +266,11 @@ def test_failed_requests_are_counted_wrong_and_named(tmp_path):
     server.status_fn = lambda body: 400 if any(q in text(body) for q in failing) else None
     done = _run("launch.eval", "--benchmark", "mindcube_tiny", "--data_dir",
                 str(tmp_path / "data"), "--endpoint", server.base_url, "--model", "scripted",
-                "--seeds", "1", "--out", str(out))
-    sent = len(server.requests)
-  assert sent == len(rows)  # one request each: a 400 is not retried, nothing aborted
+                "--seeds", "1", "--out", str(out), "--max_tokens", "32",
+                "--request_timeout_s", "20", "--retries", "1")
+    sent = [r["body"] for r in server.requests]
+  assert len(sent) == len(rows)  # one request each: a 400 is not retried, nothing aborted
+  assert {b["max_tokens"] for b in sent} == {32}
   assert done.returncode != 0
   message = done.stderr.strip().splitlines()[-1]
   assert "no_tools 2 of 6 (Rotation 2)" in message and "--max_failed_share 0.1" in message
