@@ -67,9 +67,9 @@ recipes: $(RUNTIME_STAMP) system-deps
 	$(PY) -m launch.train --config configs/peria_or_gigpo.py:cpu
 
 # Two pytest workers (pytest-xdist), whole files per worker: module fixtures stay shared.
-# On 2 CPU cores the suite takes about 16 minutes (1,066 tests: 17m09s on a quiet clean clone,
-# before 5 more moved to slow-tests; CI's machine has run about 1.3x slower: its budget is 25
-# minutes, see WORKSPACE); the 30 slowest are printed. The heaviest directories are collected
+# On 2 CPU cores the suite takes 11-17 minutes (1,110 tests: 10m57s of pytest on a clean
+# clone at fda6d8d; CI's machine has run about 1.3x slower: its budget is 25 minutes, see
+# WORKSPACE); the 30 slowest are printed. The heaviest directories are collected
 # first so both workers finish together. A test past ~20 s goes to slow-tests.
 TEST_WORKERS ?= 2
 test: $(DEV_STAMP) system-deps
