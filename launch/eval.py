@@ -160,8 +160,8 @@ def main(argv) -> None:
     document = _benchmark()
     print(json.dumps({"overall": document["overall"], "categories": document["categories"]},
                      indent=2))
-    print(f"results: {_OUT.value}/results.json, {_OUT.value}/results.md, "
-          f"{_OUT.value}/episodes.html")
+    print("outputs: " + ", ".join(f"{_OUT.value}/{name}" for name in (
+        "results.json", "results.md", "predictions.jsonl", "episodes.html", "run.json")))
     failed = document.get("failures", {})
     worst = max((e["failed"] / e["items"] for e in failed.values() if e["items"]), default=0)
     if worst > _MAX_FAILED.value:

@@ -38,11 +38,13 @@ import dataclasses
 import html
 import json
 import pathlib
+import sys
 import time
 from typing import Iterator, Sequence
 
 import jax
 import numpy as np
+import tqdm
 
 from data_pipelines.builders import load_benchmark, task_limits
 from data_pipelines.loader import MAX_VIEWS, scene_questions, scene_tasks
@@ -217,10 +219,11 @@ def run_benchmark(benchmark: str, data_dir, out_dir, backend, *, agent=None,
                   seeds: Sequence[int] = (0, 1, 2), split: str = "test",
                   limit: int | None = None, batch: int = 16, settings=None,
                   episodes: int = 50, title: str | None = None, judge=None,
-                  rules: dict | None = None) -> dict:
+                  rules: dict | None = None, progress: bool = True) -> dict:
   """Evaluates `backend` on the prepared benchmark; returns the results document.
   `rules` (letter_rule, number_rule, inclusive, extract) replace the protocol's official
-  scoring rules by a named option (`data_pipelines.protocols.protocol`).
+  scoring rules by a named option (`data_pipelines.protocols.protocol`). `progress`: a bar
+  per setting on stderr (done / total, running accuracy, failures, ETA).
   `settings` defaults to ("no_tools", "tools") with an agent, ("no_tools",) without.
   `judge` (an `LLMJudge`, e.g. Act3D's evaluation judge): open questions (the protocol's
   exact-match metric), or every question of a judge-scored protocol (HR-Bench), score its
@@ -251,9 +254,14 @@ def run_benchmark(benchmark: str, data_dir, out_dir, backend, *, agent=None,
   shown: dict[str, list[Episode]] = {}
   rows: list[str] = []
   start = time.perf_counter()
+  scored: dict = {}  # (setting, seed, question id) -> (what is scored, its score)
   for setting in settings:
     if setting == "tools":
       backend.check_agent(agent, source)
+    # One bar per setting: done / total over its seeds, running accuracy, failures, ETA.
+    bar = tqdm.tqdm(total=len(questions) * len(seeds), desc=f"{benchmark} {setting}",
+                    unit="q", dynamic_ncols=True, file=sys.stderr, disable=not progress)
+    setting_scores: list[float] = []
     for seed in seeds:
       answers: dict[str, str] = {}
       kept: list[Episode] = []
@@ -282,21 +290,28 @@ def run_benchmark(benchmark: str, data_dir, out_dir, backend, *, agent=None,
             judged[(setting, int(seed), qid)] = float(verdicts[k])
           if seed == seeds[0] and len(kept) < episodes:
             kept.append(episode)
-      # A failed item (its request or episode failed for good) counts wrong, as the papers
-      # count a question without an answer.
+          # A failed item (its request or episode failed for good) counts wrong, as the
+          # papers count a question without an answer.
+          key = (setting, int(seed), qid)
+          value = 0.0 if key in errors else judged.get(key, episode.prediction)
+          scored[key] = (value, spec.score(by_id[qid], value))
+          setting_scores.append(scored[key][1])
+        bar.update(real)
+        bar.set_postfix(acc=f"{np.mean(setting_scores):.3f}",
+                        failed=sum(failures[setting].values()))
       predictions[setting][int(seed)] = {
-          qid: 0.0 if (setting, int(seed), qid) in errors else
-          judged.get((setting, int(seed), qid), text) for qid, text in answers.items()}
+          qid: scored[(setting, int(seed), qid)][0] for qid in answers}
       for qid, text in answers.items():
         q = by_id[qid]
-        score = spec.score(q, predictions[setting][int(seed)][qid])
         rows.append(json.dumps({"setting": setting, "seed": int(seed), "question_id": qid,
                                 "category": spec.category(q), "reference": q.answer,
-                                "prediction": text, "score": float(score),
+                                "prediction": text,
+                                "score": float(scored[(setting, int(seed), qid)][1]),
                                 "error": errors.get((setting, int(seed), qid))}))
       write_text_atomically(out / "predictions.jsonl", "".join(r + "\n" for r in rows))
       if seed == seeds[0]:
         shown[setting] = kept
+    bar.close()
   name = title or f"{benchmark}: {backend.name}" + (f" ({agent.name})" if agent else "")
   items = len(questions) * len(seeds)
   document = evaluate_predictions(questions, predictions, spec, out, title=name, failures={

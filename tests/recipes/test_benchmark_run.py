@@ -270,6 +270,10 @@ def test_failed_requests_are_counted_wrong_and_named(tmp_path):
                 "--request_timeout_s", "20", "--retries", "1")
     sent = [r["body"] for r in server.requests]
   assert len(sent) == len(rows)  # one request each: a 400 is not retried, nothing aborted
+  # The setting's progress bar ends at 6 / 6 with the running accuracy and the failures.
+  assert "mindcube_tiny no_tools: 100%" in done.stderr and "6/6" in done.stderr
+  assert "acc=0.667, failed=2" in done.stderr
+  assert f"{out}/predictions.jsonl" in done.stdout and f"{out}/run.json" in done.stdout
   assert {b["max_tokens"] for b in sent} == {32}
   assert done.returncode != 0
   message = done.stderr.strip().splitlines()[-1]
