@@ -250,16 +250,20 @@ class ChatEndpoint:
       pause = self.backoff_s * 2 ** (attempts - 1) if wait is None else wait
       time.sleep(max(0.0, min(pause, deadline - time.perf_counter())))
 
+  def _check_batch_budget(self, count: int) -> None:
+    """A batch larger than what is left of the request budget is refused before sending."""
+    with self._lock:
+      left = None if self.max_requests is None else self.max_requests - self._sent
+    if left is not None and left < count:
+      raise self._error(f"a batch of {count} requests is over what is left of the request "
+                        f"budget ({left} of {self.max_requests}); nothing was sent")
+
   def complete_many(self, requests: Sequence[dict]) -> list["ChatReply"]:
     """Replies to `requests` (each `complete`'s keywords), in order, `concurrency` at a
     time. The first failure cancels what has not started and raises once the rest end."""
     if not requests:
       return []
-    with self._lock:
-      left = None if self.max_requests is None else self.max_requests - self._sent
-    if left is not None and left < len(requests):
-      raise self._error(f"a batch of {len(requests)} requests is over what is left of the "
-                        f"request budget ({left} of {self.max_requests}); nothing was sent")
+    self._check_batch_budget(len(requests))
     workers = min(self.concurrency, len(requests))
     with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="judge") as pool:
       futures = [pool.submit(self.complete, **r) for r in requests]
@@ -277,7 +281,6 @@ class ChatEndpoint:
                        f"not sent); the first: {error}") from error
     return [f.result() for f in futures]
 
-
   def complete_each(self, requests: Sequence[dict]) -> list:
     """Replies to `requests` in order, `concurrency` at a time, every one tried: a request
     that failed for good (after its retries) is its `JudgeError` in place of the reply,
@@ -285,11 +288,7 @@ class ChatEndpoint:
     checked for the whole batch first, as `complete_many` does."""
     if not requests:
       return []
-    with self._lock:
-      left = None if self.max_requests is None else self.max_requests - self._sent
-    if left is not None and left < len(requests):
-      raise self._error(f"a batch of {len(requests)} requests is over what is left of the "
-                        f"request budget ({left} of {self.max_requests}); nothing was sent")
+    self._check_batch_budget(len(requests))
     workers = min(self.concurrency, len(requests))
     with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix=self.role) as pool:
       futures = [pool.submit(self.complete, **r) for r in requests]
