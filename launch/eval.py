@@ -6,7 +6,8 @@ prepared benchmark with the papers' protocols.
 
     python -m launch.eval --benchmark NAME --data-dir DIR
         (--checkpoint HF_FOLDER | --endpoint URL --model NAME)
-        [--agent think3d|act3d|peria|spatialclaw|none] [--seeds 3] [--limit N] --out DIR
+        [--agent think3d|act3d|peria|spatialclaw|none] [--seeds 3] [--limit N | --ids FILE]
+        --out DIR
         [--letter_rule mindcube|thinker3d|think3d|vsibench|blink|letter]
 
 The first form: the demo: the test split, the policy and the same policy answering from the
@@ -21,7 +22,11 @@ episodes (the agent block of its paper's config, or of `--config`), once per see
 configs/spatialclaw.py, host-loop episodes in a sandboxed kernel per question, sampled at its
 config's temperature, 0.6); writes
 OUT/results.json, results.md (the paper's layout), predictions.jsonl, episodes.html and
-run.json. Answers are scored as each benchmark's official evaluation code reads them;
+run.json. `--limit N`: the first N questions of the benchmark's question file, in its order
+(only the records holding them are read). Every finished answer is appended to
+predictions.jsonl at once; rerunning the same command with the same --out (after a crash,
+a kill, Ctrl-C or SIGTERM) skips what is recorded and sends only the rest (a different
+model, agent, sampling or scoring is refused: another --out keeps both). Answers are scored as each benchmark's official evaluation code reads them;
 `--letter_rule` / `--extract` pick a named option (a paper's own script, the strict letter).
 An endpoint's key is read from the environment variable `--api_key_env` names; by default
 $OPENAI_API_KEY, and only for api.openai.com (any other host gets no key unless named).
@@ -43,6 +48,7 @@ xla_workarounds.apply()
 
 import importlib
 import json
+import signal
 import sys
 
 from absl import app, flags, logging
@@ -65,7 +71,10 @@ _ENDPOINT = flags.DEFINE_string("endpoint", None, "an OpenAI-compatible base URL
 _MODEL = flags.DEFINE_string("model", None, "the endpoint's model name")
 _AGENT = flags.DEFINE_enum("agent", "none", ["none", *AGENT_CONFIGS], "the tool agent")
 _SEEDS = flags.DEFINE_integer("seeds", 3, "runs per setting (seeds 0..N-1)")
-_LIMIT = flags.DEFINE_integer("limit", None, "only the first N questions")
+_LIMIT = flags.DEFINE_integer("limit", None, "only the first N questions of the benchmark's "
+                              "question file (in its order)")
+_IDS = flags.DEFINE_string("ids", None, "a file of the question ids to evaluate (one per "
+                           "line, or a JSON list), in its order")
 _OUT = flags.DEFINE_string("out", None, "the output folder")
 _BATCH = flags.DEFINE_integer("batch", 16, "questions per batch")
 _TEMPERATURE = flags.DEFINE_float("temperature", 0.0, "sampling temperature")
@@ -106,7 +115,7 @@ def _benchmark() -> dict:
   from jaxspatial.perception.judges import make_judge
   from recipes.benchmark_backends import (EndpointBackend, PolicyBackend, benchmark_agent,
                                           evaluation_rollout)
-  from recipes.benchmark_run import run_benchmark
+  from recipes.benchmark_run import read_ids, run_benchmark
   if not _OUT.value:
     raise app.UsageError("--benchmark needs --out DIR")
   if bool(_ENDPOINT.value) == bool(_CHECKPOINT.value):
@@ -148,16 +157,30 @@ def _benchmark() -> dict:
   return run_benchmark(_BENCHMARK.value, _DATA_DIR.value, _OUT.value, backend, agent=agent,
                        seeds=tuple(range(_SEEDS.value)), split=_SPLIT.value or "test",
                        limit=_LIMIT.value, batch=_BATCH.value, settings=settings,
+                       ids=read_ids(_IDS.value) if _IDS.value else None,
                        judge=judge, rules={k: v for k, v in (("letter_rule", _LETTER_RULE.value),
                                                              ("extract", _EXTRACT.value))
                                            if v is not None})
+
+
+def _stop(signum, frame) -> None:
+  del frame
+  raise KeyboardInterrupt(f"signal {signum}")
 
 
 def main(argv) -> None:
   del argv
   logging.set_verbosity(logging.WARNING)
   if _BENCHMARK.value:
-    document = _benchmark()
+    # SIGTERM (a scheduler's stop) as SIGINT: the recorded answers are kept and the
+    # results written from them before the run ends.
+    signal.signal(signal.SIGTERM, _stop)
+    try:
+      document = _benchmark()
+    except KeyboardInterrupt:
+      sys.exit(f"launch.eval: interrupted; every finished answer is in {_OUT.value}/"
+               "predictions.jsonl (results.json: the partial results): rerun the same "
+               "command to finish")
     print(json.dumps({"overall": document["overall"], "categories": document["categories"]},
                      indent=2))
     print("outputs: " + ", ".join(f"{_OUT.value}/{name}" for name in (

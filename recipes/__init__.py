@@ -5,6 +5,7 @@ A config's `recipe` key names its experiment here:
   agent         the papers' agents (configs/think3d_rl.py, act3d_grpo.py, peria_or_gigpo.py)
   thinker3d     3DThinker's stages 1 and 2 (configs/thinker3d_stage1.py, _stage2.py)
 Adding a recipe is one module with an `Experiment` subclass and one line in RECIPES.
+`launch.export` writes a run's policy as a Hugging Face folder (recipes/export.py).
 """
 
 from __future__ import annotations
@@ -18,13 +19,18 @@ RECIPES = {
 }
 
 
-def experiment(config):
-  """The experiment the config's `recipe` names."""
+def experiment_class(config):
+  """The Experiment subclass the config's `recipe` names."""
   name = config.get("recipe")
   if name not in RECIPES:
     raise ValueError(f"config recipe: expected one of {sorted(RECIPES)}, got {name!r}")
   module, cls = RECIPES[name].split(":")
-  return getattr(importlib.import_module(module), cls)(config)
+  return getattr(importlib.import_module(module), cls)
+
+
+def experiment(config):
+  """The experiment the config's `recipe` names."""
+  return experiment_class(config)(config)
 
 
 def train(config) -> dict:

@@ -30,8 +30,8 @@ from jaxspatial.models.sharding import global_batch, local_rows
 from jaxspatial.rl.objectives import PolicyLossConfig
 from jaxspatial.rollout import AgentRollout, episode, make_agent, tiny
 from jaxspatial.rollout.viewer import trajectory_html
-from jaxspatial.train import (AdvantageConfig, Experiment, OptimizerConfig, Phase,
-                              RolloutBatch, StepConfig, TrainBatch, trainable)
+from jaxspatial.train import (AdvantageConfig, Experiment, ExportedPolicy, OptimizerConfig,
+                              Phase, RolloutBatch, StepConfig, TrainBatch, trainable)
 from recipes.common import counts_accuracy
 
 
@@ -194,11 +194,12 @@ _SOURCE_FILES = {"mindcube": "the images the rows name", "mindcube_tiny": "the i
                  "chartqa": "the charts under <split>/png/"}
 
 
-def check_inputs(c, agent) -> None:
+def check_inputs(c, agent, data: bool = True) -> None:
   """What the run reads, all named at once before anything loads: the policy folder (the
   reference variant needs one), the prepared dataset and its splits, the teacher
-  trajectories SFT replays. Unset flags raise ValueError, absent files FileNotFoundError,
-  each naming the flag or the command that makes it."""
+  trajectories SFT replays (`data` False: the policy folder alone, as an export reads).
+  Unset flags raise ValueError, absent files FileNotFoundError, each naming the flag or the
+  command that makes it."""
   where = f"{c.name} (variant {c.get('variant', 'reference')!r})"
   unset, absent = [], []
   checkpoint = c.model.checkpoint
@@ -212,7 +213,7 @@ def check_inputs(c, agent) -> None:
     elif not (folder / "config.json").is_file():
       absent.append(f"model.checkpoint {checkpoint}: no config.json (expected a Hugging "
                     "Face model folder)")
-  if c.sft.steps > 0 and c.sft.trajectories != "scripted":
+  if data and c.sft.steps > 0 and c.sft.trajectories != "scripted":
     if not c.sft.trajectories:
       unset.append("--config.sft.trajectories=/path/to/trajectories.jsonl (teacher "
                    "trajectories: JSON lines of model turns, by question_id on a benchmark; "
@@ -220,7 +221,7 @@ def check_inputs(c, agent) -> None:
     elif not epath.Path(c.sft.trajectories).is_file():
       absent.append(f"sft.trajectories {c.sft.trajectories}: no such file")
   d = c.data
-  if d.builder == "spatial_benchmark":
+  if data and d.builder == "spatial_benchmark":
     from data_pipelines.builders import SpatialBenchmark, task_limits  # pylint: disable=import-outside-toplevel
     task_limits(d.config)  # a known benchmark name
     builder = SpatialBenchmark(data_dir=str(d.data_dir), config=d.config)
@@ -234,6 +235,8 @@ def check_inputs(c, agent) -> None:
       if lacking:
         absent.append(f"data: benchmark {d.config} under {d.data_dir} has splits {built}, "
                       f"not {lacking}: rebuild it with {build_command(c, agent)}")
+  if unset and not data:
+    raise ValueError(f"{where}: its policy is a pretrained one; missing: " + "; ".join(unset))
   if unset:
     raise ValueError(f"{where} trains a pretrained policy on the published data; missing: "
                      + "; ".join(unset) + "; or run the ':cpu' variant"
@@ -367,11 +370,11 @@ class TeacherData:
 class AgentRecipe(Experiment):
   curve_metrics = ("rl/reward", "rl/accuracy")
 
-  def __init__(self, config):
+  def __init__(self, config, data: bool = True):
     c = self.c = config
     self.name = c.name
     self.agent = make_agent(c.agent, c.rollout.max_turns, c.reward.get("weights", {}))
-    check_inputs(c, self.agent)
+    check_inputs(c, self.agent, data)
     self.input_images = loads_images(c, self.agent)
     for name, rows in (("rl.prompts", c.rl.prompts), ("sft.batch", c.sft.batch),
                        ("eval.batch", c.eval.batch)):
@@ -380,16 +383,34 @@ class AgentRecipe(Experiment):
     self.teacher = None
     self.data_iterator = None
 
+  @classmethod
+  def for_export(cls, config) -> "AgentRecipe":
+    """The recipe without its data checks: an export reads the policy alone."""
+    return cls(config, data=False)
+
   def build(self, mesh):
     self.build_policy(mesh)
     self.build_data()
     return self.model
+
+  def build_for_export(self, mesh):
+    """The tokenizer, the policy and its chat format (no rollout, tools, judges or data)."""
+    self.mesh = mesh
+    self.tokenizer, self.model, self.chat = load_policy(self.c)
+    return self.model
+
+  def exported_policy(self, module):
+    """The policy (loaded from `model.checkpoint`, whose processor, chat template and
+    generation config carry over, or the tiny random one) with its tokenizer and chat
+    format."""
+    return ExportedPolicy(module, self.tokenizer, self.chat, self.c.model.checkpoint or None)
 
   def build_policy(self, mesh) -> None:
     """The tokenizer, the policy (under the current mesh) and the agent's rollout."""
     c = self.c
     self.mesh = mesh
     self.tokenizer, self.model, chat = load_policy(c)
+    self.chat = chat
     tools = make_perception(c, self.tokenizer)
     if tools:
       if self.agent.name != "peria":

@@ -20,6 +20,8 @@ its requests, or the policy's engine behind a batcher seeded with it).
 from __future__ import annotations
 
 import contextlib
+import time
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
@@ -61,7 +63,8 @@ class EndpointBackend:
 
   def describe(self) -> dict:
     return {"kind": "endpoint", "url": self.endpoint.base_url, "model": self.endpoint.model,
-            "temperature": self.temperature, "requests": self.endpoint.stats()}
+            "temperature": self.temperature, "answer_tokens": self.answer_tokens,
+            "turn_tokens": self.turn_tokens, "requests": self.endpoint.stats()}
 
   def check_agent(self, agent, source) -> None:
     _check_geometry(agent, source)
@@ -71,23 +74,34 @@ class EndpointBackend:
     self.endpoint.extra_body = {**base, "seed": int(seed)}
     return base
 
-  def answers(self, tasks, prompts: list[str], seed: int) -> list[Episode]:
+  def answers(self, tasks, prompts: list[str], seed: int,
+              on_done: Callable[[int, Episode], None] | None = None) -> list[Episode]:
+    """One request per prompt (the first len(prompts) rows of tasks); `on_done(row,
+    episode)` as each reply (or failure) arrives."""
     rows = len(prompts)
     views = [question_views(tasks, r) for r in range(rows)]
     questions = [decode_text(np.asarray(tasks.question_ids)[r]) for r in range(rows)]
     requests = [{"messages": _messages(prompts[r], views[r], questions[r]),
                  "temperature": self.temperature, "max_tokens": self.answer_tokens}
                 for r in range(rows)]
+
+    def episode(row: int, reply) -> Episode:
+      # A request that failed for good is that question's failure, not the batch's.
+      if isinstance(reply, Exception):
+        return Episode("", "", views[row], [], requests=1, error=str(reply))
+      return Episode("", reply.strip(), views[row], [reply], requests=1,
+                     tokens=reply.usage.get("total_tokens"), seconds=reply.seconds)
+
+    def done(row: int, reply) -> None:
+      if on_done is not None:
+        on_done(row, episode(row, reply))
+
     base = self._seeded(seed)
     try:  # complete_each returns when the batch is done: the seed never changes under one
-      replies = self.endpoint.complete_each(requests)
+      replies = self.endpoint.complete_each(requests, on_done=done)
     finally:
       self.endpoint.extra_body = base
-    # A request that failed for good is that question's failure, not the batch's.
-    return [Episode("", "", views[r], [], requests=1, error=str(reply))
-            if isinstance(reply, Exception) else
-            Episode("", reply.strip(), views[r], [reply], requests=1)
-            for r, reply in enumerate(replies)]
+    return [episode(r, reply) for r, reply in enumerate(replies)]
 
   @contextlib.contextmanager
   def chat_model(self, seed: int):
@@ -99,12 +113,31 @@ class EndpointBackend:
     finally:
       self.endpoint.extra_body = base
 
-  def episodes(self, agent, tasks, seed: int) -> list[Episode]:
-    records = api_rollout(self.endpoint, agent, tasks, jax.random.PRNGKey(seed),
-                          max_tokens=self.turn_tokens, temperature=self.temperature,
-                          on_error="end")
-    return [Episode("", r["answer"].strip(), r["views"], r["turns"], r["requests"], r["error"])
-            for r in records]
+  def episodes(self, agent, tasks, seed: int, real: int | None = None,
+               on_done: Callable[[int, Episode], None] | None = None) -> list[Episode]:
+    """The agent's episodes of the first `real` rows (padding rows would send requests);
+    `on_done(row, episode)` for each when the batch ends."""
+    if real is not None:
+      tasks = jax.tree.map(lambda x: np.asarray(x)[:real], tasks)
+    start = time.perf_counter()
+    base = self._seeded(seed)
+    try:
+      records = api_rollout(self.endpoint, agent, tasks, jax.random.PRNGKey(seed),
+                            max_tokens=self.turn_tokens, temperature=self.temperature,
+                            on_error="end")
+    finally:
+      self.endpoint.extra_body = base
+    seconds = time.perf_counter() - start
+    out = [Episode("", r["answer"].strip(), r["views"], r["turns"], r["requests"], r["error"],
+                   seconds=seconds) for r in records]
+    return _report(out, on_done)
+
+
+def _report(episodes: list[Episode], on_done) -> list[Episode]:
+  if on_done is not None:
+    for row, episode in enumerate(episodes):
+      on_done(row, episode)
+  return episodes
 
 
 class PolicyBackend:
@@ -137,12 +170,15 @@ class PolicyBackend:
 
   def describe(self) -> dict:
     return {"kind": "checkpoint", "folder": str(self.folder), "temperature": self.temperature,
-            "programs": len(self.engine.programs)}
+            "answer_tokens": self.answer_tokens, "programs": len(self.engine.programs)}
 
   def check_agent(self, agent, source) -> None:
     _check_geometry(agent, source)
 
-  def answers(self, tasks, prompts: list[str], seed: int) -> list[Episode]:
+  def answers(self, tasks, prompts: list[str], seed: int,
+              on_done: Callable[[int, Episode], None] | None = None) -> list[Episode]:
+    """Generations for the prompts, a batch of them at a time; `on_done(row, episode)` for
+    each when the batch ends (sampling keys depend on the batch, so it is one unit)."""
     # pylint: disable=import-outside-toplevel
     from jaxspatial.serving.engine import Sampling
     from jaxspatial.serving.protocol import parse_request
@@ -157,6 +193,7 @@ class PolicyBackend:
     sampling = Sampling(temperature=self.temperature)
     key = jax.random.PRNGKey(seed)
     out = []
+    began = time.perf_counter()
     for start in range(0, rows, self.engine.max_batch):
       chunk = built[start:start + self.engine.max_batch]
       tokens, _ = self.engine.generate(chunk, self.answer_tokens, sampling,
@@ -165,7 +202,9 @@ class PolicyBackend:
         reply = self.engine.reply(tokens[r], len(prompt.ids), self.answer_tokens)
         out.append(Episode("", reply.text.strip(), views[start + r], [reply.text],
                            requests=1))
-    return out
+    for episode in out:
+      episode.seconds = time.perf_counter() - began
+    return _report(out, on_done)
 
   @contextlib.contextmanager
   def chat_model(self, seed: int):
@@ -178,7 +217,11 @@ class PolicyBackend:
     finally:
       chat.close()
 
-  def episodes(self, agent, tasks, seed: int) -> list[Episode]:
+  def episodes(self, agent, tasks, seed: int, real: int | None = None,
+               on_done: Callable[[int, Episode], None] | None = None) -> list[Episode]:
+    """Compiled rollouts of the whole padded batch (one shape: one program);
+    `on_done(row, episode)` for each row when the batch ends."""
+    del real  # padding rows cost nothing extra on device
     # pylint: disable=import-outside-toplevel
     from jaxspatial.rollout.runner import AgentRollout
     from jaxspatial.rollout.viewer import turn_texts
@@ -186,6 +229,7 @@ class PolicyBackend:
       self.runs[agent.name] = AgentRollout.create(agent, self.tokenizer, self.model,
                                                   chat=self.chat, **self.rollout_settings)
     run = self.runs[agent.name]
+    start = time.perf_counter()
     traj = run(self.model, tasks, jax.random.PRNGKey(seed), temperature=self.temperature,
                evaluation=True)
     answers = np.asarray(traj.answer)
@@ -196,8 +240,8 @@ class PolicyBackend:
     for b in range(answers.shape[0]):
       answer = bytes(answers[b][answers[b] >= 0].astype(np.uint8)).decode("utf-8", "replace")
       out.append(Episode("", answer.strip(), images[b][given[b].astype(bool)], texts[b],
-                         requests=len(texts[b])))
-    return out
+                         requests=len(texts[b]), seconds=time.perf_counter() - start))
+    return _report(out, on_done)
 
 
 class SpatialClawAgent:
@@ -281,15 +325,25 @@ class SpatialClawAgent:
                               segmenter=segmenter))
     return out
 
-  def episodes(self, backend, tasks, questions, seed: int, spec=None) -> list[Episode]:
+  def episodes(self, backend, tasks, questions, seed: int, spec=None,
+               on_done: Callable[[int, Episode], None] | None = None) -> list[Episode]:
     """The questions' episodes (`questions`: the BenchmarkQuestions of the batch's real
-    rows, in order) with the backend's model, `loop.concurrency` at a time."""
+    rows, in order) with the backend's model, `loop.concurrency` at a time;
+    `on_done(row, episode)` as each ends."""
     from jaxspatial.agents.loop import run_episodes  # pylint: disable=import-outside-toplevel
     inputs = self.inputs(tasks, questions, spec)
+
+    def episode(r) -> Episode:
+      return Episode(r.question_id, r.prediction.strip(), list(r.views), list(r.turns),
+                     requests=r.requests, error=r.error, seconds=r.seconds)
+
+    def done(row: int, result) -> None:
+      if on_done is not None:
+        on_done(row, episode(result))
+
     with backend.chat_model(seed) as chat:
-      results = run_episodes(chat, inputs, self.loop)
-    return [Episode(r.question_id, r.prediction.strip(), list(r.views), list(r.turns),
-                    requests=r.requests, error=r.error) for r in results]
+      results = run_episodes(chat, inputs, self.loop, on_done=done)
+    return [episode(r) for r in results]
 
 
 def evaluation_turns(config) -> int:

@@ -39,6 +39,7 @@ import html
 import json
 import pathlib
 import sys
+import threading
 import time
 from typing import Iterator, Sequence
 
@@ -51,7 +52,9 @@ from data_pipelines.loader import MAX_VIEWS, scene_questions, scene_tasks
 from data_pipelines.protocols import Protocol, protocol as named_protocol
 from data_pipelines.readers.common import BenchmarkQuestion
 from jaxspatial.envs import decode_text
+from jaxspatial.eval.prediction_log import PredictionLog
 from jaxspatial.eval.report import write_text_atomically
+from jaxspatial.perception.judge import JudgeError
 from jaxspatial.geometry import bucket_size
 from jaxspatial.rollout.episode import ANSWER_BYTES
 from recipes.benchmark_eval import evaluate_predictions
@@ -81,30 +84,82 @@ def _text(value) -> str:
   return value.decode("utf-8") if isinstance(value, bytes) else str(value)
 
 
-def stored_questions(source, benchmark: str) -> list[BenchmarkQuestion]:
-  """The prepared split's questions as BenchmarkQuestions (record order), for the
-  protocol's columns and metrics."""
+def stored_questions(source, benchmark: str,
+                     indices: Sequence[int] | None = None) -> list[BenchmarkQuestion]:
+  """The prepared split's questions as BenchmarkQuestions (record order; `indices`: those
+  records only), for the protocol's columns and metrics. `meta`: record (its index) and
+  order (its place in the question file; None for a benchmark prepared without it)."""
   out = []
-  for index in range(len(source)):
+  for index in range(len(source)) if indices is None else indices:
     example = source[index]
     for q in scene_questions(example, index, task_limits(DATASETS.get(benchmark, benchmark))):
+      order = q.get("order")
       out.append(BenchmarkQuestion(
           benchmark=benchmark, question_id=q["question_id"], question=q["question"],
           answer=q["answer"], answers=tuple(q.get("answers") or (q["answer_text"],)),
           options=tuple(q["options"]), category=q["category"],
-          scene_id=_text(example["scene_id"])))
+          scene_id=_text(example["scene_id"]),
+          meta={"record": index, "order": order if isinstance(order, int) else None}))
   return out
 
 
-def _max_points(source) -> int:
-  return bucket_size(max(len(source[i]["xyz"]) for i in range(len(source))))
+def file_order(questions: list[BenchmarkQuestion]) -> list[BenchmarkQuestion] | None:
+  """The questions in their question file's order; None when the benchmark was prepared
+  without it (before `order` was stored)."""
+  if any(q.meta.get("order") is None for q in questions):
+    return None
+  return sorted(questions, key=lambda q: q.meta["order"])
 
 
-def task_stream(source, benchmark: str, ids: set[str], batch: int,
+def read_ids(path) -> list[str]:
+  """An `--ids` file's question ids: one per line (blank lines and # comments skipped), or a
+  JSON list of strings."""
+  text = pathlib.Path(path).read_text(encoding="utf-8")
+  if text.lstrip().startswith("["):
+    ids = json.loads(text)
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+      raise ValueError(f"{path}: expected a JSON list of question ids (strings)")
+    return ids
+  return [line.strip() for line in text.splitlines()
+          if line.strip() and not line.lstrip().startswith("#")]
+
+
+def choose_questions(questions: list[BenchmarkQuestion], benchmark: str, split: str,
+                     limit: int | None = None, ids: Sequence[str] | None = None
+                     ) -> list[BenchmarkQuestion]:
+  """What a run evaluates, in the question file's order: every question, the first `limit`,
+  or those `ids` names (in its order; an id the split lacks is an error naming it)."""
+  if limit is not None and limit < 1:
+    raise ValueError(f"limit: expected a positive number of questions, got {limit}")
+  ordered = file_order(questions)
+  if ids is not None:
+    by_id = {q.question_id: q for q in questions}
+    unknown = [i for i in ids if i not in by_id]
+    if unknown:
+      raise ValueError(f"ids: {len(unknown)} of {len(ids)} ids are no question of {benchmark} "
+                       f"split {split!r} (after its protocol's selection), first {unknown[:5]}")
+    chosen = [by_id[i] for i in dict.fromkeys(ids)]
+  elif limit is not None and ordered is None:
+    raise ValueError(f"{benchmark} was prepared before question order was stored, so its "
+                     f"first {limit} questions are unknown: prepare it again (launch."
+                     "build_benchmark) or name the questions with --ids FILE")
+  else:
+    chosen = ordered if ordered is not None else questions
+  return chosen[:limit] if limit is not None else chosen
+
+
+def _max_points(source, indices: Sequence[int]) -> int:
+  return bucket_size(max(len(source[i]["xyz"]) for i in indices))
+
+
+def task_stream(source, benchmark: str, questions: Sequence[BenchmarkQuestion], batch: int,
                 points: int) -> Iterator[tuple[object, list[str], int]]:
   """(tasks [batch] padded by repeating the last real row, their question ids, real rows)
-  over the questions in `ids`, in record order."""
+  over `questions` (meta["record"]: their records, each decoded once, in record order)."""
   limits = task_limits(DATASETS.get(benchmark, benchmark))
+  wanted: dict[int, set[str]] = {}
+  for q in questions:
+    wanted.setdefault(q.meta["record"], set()).add(q.question_id)
   pending: list = []
 
   def flush():
@@ -113,10 +168,10 @@ def task_stream(source, benchmark: str, ids: set[str], batch: int,
     tasks = jax.tree.map(lambda *x: np.stack(x), *rows)
     return tasks, [_text(meta["question_id"]) for _, meta in pending], real
 
-  for index in range(len(source)):
+  for index in sorted(wanted):
     for task, meta in scene_tasks(source[index], points=points, input_images=True,
                                   limits=limits):
-      if _text(meta["question_id"]) in ids:
+      if _text(meta["question_id"]) in wanted[index]:
         pending.append((task, meta))
         if len(pending) == batch:
           yield flush()
@@ -134,53 +189,60 @@ def question_views(tasks, row: int) -> np.ndarray:
 @dataclasses.dataclass
 class Episode:
   """One question's answer in one setting and seed (what predictions.jsonl and
-  episodes.html hold)."""
+  episodes.html hold): the backend's `requests`, the `tokens` its replies reported (None:
+  not reported), the `seconds` it took (an episode batch's: the batch's) and `error`: why
+  it failed for good (None if it did not)."""
   question_id: str
   prediction: str
   views: np.ndarray
   turns: list[str]
   requests: int = 0
   error: str | None = None
+  tokens: int | None = None
+  seconds: float = 0.0
 
 
-def episodes_html(questions: dict[str, BenchmarkQuestion], episodes: dict[str, list[Episode]],
-                  scores: dict[str, dict[str, float]], folder: pathlib.Path,
+def episodes_html(questions: dict[str, BenchmarkQuestion], rows: Sequence[dict],
                   title: str) -> str:
   """The page: per question its category, reference answer and, per setting, the views
-  the model saw (PNG files under folder/views), its turns, answer and score."""
-  from PIL import Image  # pylint: disable=import-outside-toplevel
-  views_dir = folder / "views"
-  views_dir.mkdir(parents=True, exist_ok=True)
+  the model saw (PNG files under views/, named in each row's "views"), its turns, answer
+  and score. `rows`: predictions.jsonl rows, in the page's order."""
   parts = [f"<!doctype html><meta charset='utf-8'><title>{html.escape(title)}</title>",
            "<style>body{font-family:sans-serif;margin:1em} .q{border-top:2px solid #888;"
            "margin-top:1em} .s{display:flex;gap:1em;flex-wrap:wrap} pre{white-space:pre-wrap;"
            "max-width:60em} img{width:192px;margin:2px} .ok{color:#070} .bad{color:#b00}"
            "</style>", f"<h1>{html.escape(title)}</h1>"]
-  by_setting = {s: {e.question_id: e for e in runs} for s, runs in episodes.items()}
-  order = list(dict.fromkeys(e.question_id for runs in episodes.values() for e in runs))
-  for number, qid in enumerate(order):
+  by_question: dict[str, list[dict]] = {}
+  for row in rows:
+    by_question.setdefault(row["question_id"], []).append(row)
+  for qid, found in by_question.items():
     q = questions[qid]
     parts.append(f"<div class=q><h3>{html.escape(qid)} [{html.escape(q.category)}]</h3>"
                  f"<pre>{html.escape(q.question)}</pre><p>reference: "
                  f"<b>{html.escape(' | '.join(q.answers or (q.answer,)))}</b></p>")
-    for setting, found in by_setting.items():
-      episode = found.get(qid)
-      if episode is None:
-        continue
-      score = scores[setting].get(qid, 0.0)
-      images = []
-      for k, view in enumerate(episode.views):
-        name = f"{number:05d}_{setting}_{k}.png"
-        Image.fromarray(np.asarray(view, np.uint8)).save(views_dir / name)
-        images.append(f"<img src='views/{name}' alt='view {k}'>")
-      turns = "".join(f"<pre>{html.escape(t)}</pre>" for t in episode.turns)
-      mark = "ok" if score >= 0.5 else "bad"
-      parts.append(f"<h4>{html.escape(setting)}: <span class={mark}>"
-                   f"{html.escape(episode.prediction)!s} (score {score:.2f})</span>"
-                   + (f" error: {html.escape(episode.error)}" if episode.error else "")
-                   + f"</h4><div class=s>{''.join(images)}</div>{turns}")
+    for row in found:
+      images = "".join(f"<img src='views/{html.escape(name)}' alt='view {k}'>"
+                       for k, name in enumerate(row.get("views", ())))
+      turns = "".join(f"<pre>{html.escape(t)}</pre>" for t in row.get("turns", ()))
+      mark = "ok" if row["score"] >= 0.5 else "bad"
+      error = row.get("error")
+      parts.append(f"<h4>{html.escape(row['setting'])}: <span class={mark}>"
+                   f"{html.escape(row['prediction'])} (score {row['score']:.2f})</span>"
+                   + (f" error: {html.escape(error)}" if error else "")
+                   + f"</h4><div class=s>{images}</div>{turns}")
     parts.append("</div>")
   return "\n".join(parts)
+
+
+def save_views(views, folder: pathlib.Path, stem: str) -> list[str]:
+  """The views as PNG files folder/views/<stem>_<k>.png; their names."""
+  from PIL import Image  # pylint: disable=import-outside-toplevel
+  (folder / "views").mkdir(parents=True, exist_ok=True)
+  names = []
+  for k, view in enumerate(views):
+    names.append(f"{stem}_{k}.png")
+    Image.fromarray(np.asarray(view, np.uint8)).save(folder / "views" / names[-1])
+  return names
 
 
 def judge_case(question: BenchmarkQuestion) -> tuple[str, list[str]]:
@@ -197,143 +259,232 @@ def judge_case(question: BenchmarkQuestion) -> tuple[str, list[str]]:
   return text, [listed[right] if 0 <= right < len(listed) else question.answer]
 
 
-def judge_verdicts(judge, tasks, texts: Sequence[str],
-                   questions: Sequence[BenchmarkQuestion] = ()) -> np.ndarray:
-  """bool [len(texts)]: the judge's verdict on each row's answer text against the task's
-  reference answers: an LLMJudge on the questions' strings (`judge_case`), another judge
-  through the rollout's host-judge signature (byte ids of the tasks)."""
-  if questions and hasattr(judge, "judge_texts"):
-    cases = [judge_case(q) for q in questions]
-    return np.asarray(judge.judge_texts([c[0] for c in cases], list(texts),
-                                        [c[1] for c in cases]), bool)
-  answers = np.full((len(texts), ANSWER_BYTES), -1, np.int32)
-  for row, text in enumerate(texts):
-    data = np.frombuffer(text.encode("utf-8")[:ANSWER_BYTES], np.uint8)
-    answers[row, :len(data)] = data
-  rows = len(texts)
-  return np.asarray(judge(np.asarray(tasks.question_ids)[:rows], answers,
-                          np.asarray(tasks.answer_ids)[:rows]), bool).reshape(rows)
+def judge_verdict(judge, tasks, row: int, text: str, question: BenchmarkQuestion) -> bool:
+  """The judge's verdict on one answer text against the question's references: an
+  LLMJudge on the question's strings (`judge_case`), another judge through the rollout's
+  host-judge signature (the task row's byte ids)."""
+  if hasattr(judge, "judge_texts"):
+    case, references = judge_case(question)
+    return bool(judge.judge_texts([case], [text], [references])[0])
+  answer = np.full((1, ANSWER_BYTES), -1, np.int32)
+  data = np.frombuffer(text.encode("utf-8")[:ANSWER_BYTES], np.uint8)
+  answer[0, :len(data)] = data
+  return bool(np.asarray(judge(np.asarray(tasks.question_ids)[row:row + 1], answer,
+                               np.asarray(tasks.answer_ids)[row:row + 1])).reshape(-1)[0])
+
+
+def resume_key(benchmark: str, split: str, backend, agent, spec: Protocol, judge) -> dict:
+  """What makes recorded answers valid for a rerun (`PredictionLog`): the benchmark, the
+  model and its sampling, the agent, the scoring rules and the judge; not the endpoint's
+  address, the seeds or the question selection (more seeds or questions extend a run)."""
+  described = {k: v for k, v in backend.describe().items()
+               if k not in ("requests", "programs", "url")}
+  return {"benchmark": benchmark, "split": split, "backend": described,
+          "agent": getattr(agent, "name", None),
+          "scoring": {"letter_rule": spec.letter_rule, "number_rule": spec.number_rule,
+                      "inclusive": spec.inclusive, "extract": spec.extract},
+          "judge": None if judge is None else getattr(judge, "describe", lambda: repr(judge))()}
+
+
+def _failures(rows: Sequence[dict], settings, items: int, spec: Protocol,
+              by_id: dict[str, BenchmarkQuestion]) -> dict:
+  counts = {s: {} for s in settings}
+  for row in rows:
+    column = spec.column(by_id[row["question_id"]])
+    if row.get("error") and column is not None:
+      counts[row["setting"]][column] = counts[row["setting"]].get(column, 0) + 1
+  return {s: {"items": items, "failed": sum(c.values()),
+              "categories": {k: c[k] for k in spec.columns if k in c}}
+          for s, c in counts.items()}
+
+
+def scored_value(row: dict):
+  """What the protocol scores for a recorded row: 0 for a failed item (counted wrong, as
+  the papers count a question without an answer), the judge's verdict where it judged,
+  else the prediction's text."""
+  if row.get("error"):
+    return 0.0
+  return float(row["verdict"]) if row.get("verdict") is not None else row["prediction"]
+
+
+def results_from_rows(questions: list[BenchmarkQuestion], rows: Sequence[dict],
+                      settings: Sequence[str], seeds: Sequence[int], spec: Protocol,
+                      out: pathlib.Path, title: str) -> dict:
+  """results.json / results.md from the recorded rows. Every item recorded: the run's
+  results. Otherwise (an interrupted run) the partial results over the questions every
+  started (setting, seed) has answered, marked "partial" in results.json and results.md."""
+  by_id = {q.question_id: q for q in questions}
+  found: dict = {}
+  for row in rows:
+    if row["setting"] in settings and int(row["seed"]) in seeds and row["question_id"] in by_id:
+      found.setdefault(row["setting"], {}).setdefault(int(row["seed"]), {})[
+          row["question_id"]] = row
+  items = len(questions) * len(seeds)
+  done = sum(len(run) for runs in found.values() for run in runs.values())
+  partial = done < items * len(settings)
+  kept = questions
+  if partial:
+    answered = [set(run) for runs in found.values() for run in runs.values()]
+    kept = [q for q in questions if all(q.question_id in a for a in answered)]
+    if not answered or not kept:
+      return {}
+  predictions = {s: {seed: {q.question_id: scored_value(runs[seed][q.question_id])
+                            for q in kept} for seed in seeds if seed in runs}
+                 for s, runs in found.items()}
+  kept_rows = [r for runs in found.values() for run in runs.values() for r in run.values()
+               if r["question_id"] in {q.question_id for q in kept}]
+  failures = _failures(kept_rows, list(found), len(kept) * len(seeds), spec, by_id)
+  meta = {"failures": failures}
+  if partial:
+    title += f" (partial: {done} of {items * len(settings)} items recorded)"
+  document = evaluate_predictions(kept, predictions, spec, out, title=title, **meta)
+  if partial:
+    document["partial"] = {"recorded": done, "items": items * len(settings),
+                           "questions": len(kept)}
+    write_text_atomically(out / "results.json", json.dumps(document, indent=2) + "\n")
+  return document
 
 
 def run_benchmark(benchmark: str, data_dir, out_dir, backend, *, agent=None,
                   seeds: Sequence[int] = (0, 1, 2), split: str = "test",
-                  limit: int | None = None, batch: int = 16, settings=None,
-                  episodes: int = 50, title: str | None = None, judge=None,
-                  rules: dict | None = None, progress: bool = True) -> dict:
+                  limit: int | None = None, ids: Sequence[str] | None = None,
+                  batch: int = 16, settings=None, episodes: int = 50,
+                  title: str | None = None, judge=None, rules: dict | None = None,
+                  progress: bool = True) -> dict:
   """Evaluates `backend` on the prepared benchmark; returns the results document.
+
+  Questions: the protocol's selection in the question file's order, the first `limit` of
+  them, or the `ids` named (`choose_questions`); only the records holding them are read.
+  Every finished item is appended to predictions.jsonl at once (`PredictionLog`); a rerun
+  with the same `out_dir` and settings skips what is recorded. results.json / results.md
+  are written from predictions.jsonl at the end and, when interrupted (KeyboardInterrupt,
+  SystemExit), as partial results before re-raising.
   `rules` (letter_rule, number_rule, inclusive, extract) replace the protocol's official
   scoring rules by a named option (`data_pipelines.protocols.protocol`). `progress`: a bar
   per setting on stderr (done / total, running accuracy, failures, ETA).
   `settings` defaults to ("no_tools", "tools") with an agent, ("no_tools",) without.
   `judge` (an `LLMJudge`, e.g. Act3D's evaluation judge): open questions (the protocol's
   exact-match metric), or every question of a judge-scored protocol (HR-Bench), score its
-  verdict."""
+  verdict; a judge request that fails for good fails its item (named, counted)."""
   spec = named_protocol(benchmark, **(rules or {}))
-  source = load_benchmark(DATASETS.get(benchmark, benchmark), data_dir, split)
-  questions = spec.select(stored_questions(source, benchmark))
-  if limit is not None:
-    if limit < 1:
-      raise ValueError(f"limit: expected a positive number of questions, got {limit}")
-    questions = questions[:limit]
+  dataset = DATASETS.get(benchmark, benchmark)
+  catalogue = spec.select(stored_questions(load_benchmark(dataset, data_dir, split, images=False),
+                                           benchmark))
+  questions = choose_questions(catalogue, benchmark, split, limit, ids)
   if not questions:
     raise ValueError(f"{benchmark}: no question to evaluate in split {split!r}")
   if not seeds or len(set(seeds)) != len(seeds):
     raise ValueError(f"seeds: expected distinct seeds, got {list(seeds)}")
+  seeds = [int(s) for s in seeds]
   settings = tuple(settings or (("no_tools", "tools") if agent is not None else ("no_tools",)))
   if "tools" in settings and agent is None:
     raise ValueError("setting 'tools' needs an agent (--agent think3d|act3d|peria|spatialclaw)")
   by_id = {q.question_id: q for q in questions}
   if len(by_id) != len(questions):
     raise ValueError(f"{benchmark}: question ids repeat in split {split!r}")
-  points = _max_points(source)
+  source = load_benchmark(dataset, data_dir, split)
+  points = _max_points(source, sorted({q.meta["record"] for q in questions}))
   out = pathlib.Path(out_dir)
-  predictions: dict = {s: {} for s in settings}
-  judged: dict = {}  # (setting, seed, question id) -> the judge's verdict
-  errors: dict = {}  # (setting, seed, question id) -> why the item failed (scored 0)
-  failures = {s: {c: 0 for c in spec.columns} for s in settings}
-  shown: dict[str, list[Episode]] = {}
-  rows: list[str] = []
-  start = time.perf_counter()
-  scored: dict = {}  # (setting, seed, question id) -> (what is scored, its score)
-  for setting in settings:
-    if setting == "tools":
-      backend.check_agent(agent, source)
-    # One bar per setting: done / total over its seeds, running accuracy, failures, ETA.
-    bar = tqdm.tqdm(total=len(questions) * len(seeds), desc=f"{benchmark} {setting}",
-                    unit="q", dynamic_ncols=True, file=sys.stderr, disable=not progress)
-    setting_scores: list[float] = []
-    for seed in seeds:
-      answers: dict[str, str] = {}
-      kept: list[Episode] = []
-      for tasks, ids, real in task_stream(source, benchmark, set(by_id), batch, points):
-        if setting == "tools" and getattr(agent, "host_loop", False):
-          # SpatialClaw: host-loop episodes of the real rows only (no padding rows).
-          results = agent.episodes(backend, tasks, [by_id[i] for i in ids], seed, spec)
-        elif setting == "tools":
-          results = backend.episodes(agent, tasks, seed)
-        else:
-          prompts = [system_prompt(spec, by_id[i]) for i in ids]
-          results = backend.answers(tasks, prompts, seed)
-        verdicts = None
-        if judge is not None and any(spec.judged(by_id[i]) for i in ids):
-          verdicts = judge_verdicts(judge, tasks, [e.prediction for e in results[:real]],
-                                    [by_id[i] for i in ids])
-        for k, (qid, episode) in enumerate(zip(ids, results[:real])):
-          episode.question_id = qid
-          answers[qid] = episode.prediction
-          if episode.error:
-            errors[(setting, int(seed), qid)] = episode.error
-            column = spec.column(by_id[qid])
-            if column is not None:
-              failures[setting][column] += 1
-          if verdicts is not None and spec.judged(by_id[qid]):
-            judged[(setting, int(seed), qid)] = float(verdicts[k])
-          if seed == seeds[0] and len(kept) < episodes:
-            kept.append(episode)
-          # A failed item (its request or episode failed for good) counts wrong, as the
-          # papers count a question without an answer.
-          key = (setting, int(seed), qid)
-          value = 0.0 if key in errors else judged.get(key, episode.prediction)
-          scored[key] = (value, spec.score(by_id[qid], value))
-          setting_scores.append(scored[key][1])
-        bar.update(real)
-        bar.set_postfix(acc=f"{np.mean(setting_scores):.3f}",
-                        failed=sum(failures[setting].values()))
-      predictions[setting][int(seed)] = {
-          qid: scored[(setting, int(seed), qid)][0] for qid in answers}
-      for qid, text in answers.items():
-        q = by_id[qid]
-        rows.append(json.dumps({"setting": setting, "seed": int(seed), "question_id": qid,
-                                "category": spec.category(q), "reference": q.answer,
-                                "prediction": text,
-                                "score": float(scored[(setting, int(seed), qid)][1]),
-                                "error": errors.get((setting, int(seed), qid))}))
-      write_text_atomically(out / "predictions.jsonl", "".join(r + "\n" for r in rows))
-      if seed == seeds[0]:
-        shown[setting] = kept
-    bar.close()
+  key = resume_key(benchmark, split, backend, agent, spec, judge)
+  log = PredictionLog.open(out / "predictions.jsonl", out / "run.json", key)
   name = title or f"{benchmark}: {backend.name}" + (f" ({agent.name})" if agent else "")
-  items = len(questions) * len(seeds)
-  document = evaluate_predictions(questions, predictions, spec, out, title=name, failures={
-      s: {"items": items, "failed": sum(counts.values()),
-          "categories": {c: n for c, n in counts.items() if n}}
-      for s, counts in failures.items()})
-  scores = {}
-  for row in map(json.loads, rows):
-    if row["seed"] == int(seeds[0]):
-      scores.setdefault(row["setting"], {})[row["question_id"]] = row["score"]
-  write_text_atomically(out / "episodes.html", episodes_html(by_id, shown, scores, out, name))
-  run = {"benchmark": benchmark, "split": split, "backend": backend.describe(),
-         "agent": getattr(agent, "name", None), "settings": list(settings),
-         "seeds": [int(s) for s in seeds], "questions": len(questions),
-         "judge": None if judge is None else type(judge).__name__,
-         # Verdict counts (unreadable ones score 0 like incorrect: reported apart).
-         "judge_stats": judge.stats() if hasattr(judge, "stats") else None,
-         "scoring": {"letter_rule": spec.letter_rule, "number_rule": spec.number_rule,
-                     "inclusive": spec.inclusive, "extract": spec.extract},
-         "seconds": round(time.perf_counter() - start, 3)}
+  place = {q.question_id: k for k, q in enumerate(questions)}
+  run = {"benchmark": benchmark, "split": split, "agent": getattr(agent, "name", None),
+         "settings": list(settings), "seeds": seeds, "questions": len(questions),
+         "resume_key": key}
+  write_text_atomically(out / "run.json", json.dumps({**run, "backend": backend.describe()},
+                                                     indent=2) + "\n")
+  start = time.perf_counter()
+  resumed = len(log.rows())
+  try:
+    for setting in settings:
+      if setting == "tools":
+        backend.check_agent(agent, source)
+      _run_setting(setting, seeds, questions, by_id, place, source, benchmark, batch,
+                   points, backend, agent, spec, judge, log, out, episodes, progress)
+  except (KeyboardInterrupt, SystemExit):
+    # The log stays open: requests in flight still record their answers as they end.
+    results_from_rows(questions, log.rows(), settings, seeds, spec, out, name)
+    raise
+  log.close()
+  rows = [r for r in log.rows() if r["setting"] in settings and r["seed"] in seeds
+          and r["question_id"] in by_id]
+  rows.sort(key=lambda r: (settings.index(r["setting"]), seeds.index(r["seed"]),
+                           place[r["question_id"]]))
+  # The finished file in order: settings, seeds, then the question file's order.
+  write_text_atomically(out / "predictions.jsonl",
+                        "".join(json.dumps(r, allow_nan=False) + "\n" for r in rows))
+  document = results_from_rows(questions, rows, settings, seeds, spec, out, name)
+  shown = [r for r in rows if r["seed"] == seeds[0] and place[r["question_id"]] < episodes]
+  shown.sort(key=lambda r: place[r["question_id"]])
+  write_text_atomically(out / "episodes.html", episodes_html(by_id, shown, name))
+  run.update(backend=backend.describe(),
+             judge=None if judge is None else type(judge).__name__,
+             # Verdict counts (unreadable ones score 0 like incorrect: reported apart).
+             judge_stats=judge.stats() if hasattr(judge, "stats") else None,
+             scoring=key["scoring"], resumed_items=resumed,
+             seconds=round(time.perf_counter() - start, 3))
   write_text_atomically(out / "run.json", json.dumps(run, indent=2) + "\n")
   return document
+
+
+def _run_setting(setting, seeds, questions, by_id, place, source, benchmark, batch, points,
+                 backend, agent, spec, judge, log, out, episodes, progress) -> None:
+  """One setting's items over the seeds: those not yet recorded, batch by batch, each
+  recorded (scored, judged) the moment its backend reports it done."""
+  total = len(questions) * len(seeds)
+  lock = threading.Lock()
+  state = {"scores": [], "failed": 0}
+  for seed in seeds:
+    for row in log.recorded(setting, seed).values():
+      if row["question_id"] in by_id:
+        state["scores"].append(row["score"])
+        state["failed"] += bool(row.get("error"))
+  # One bar per setting: done / total over its seeds, running accuracy, failures, ETA.
+  bar = tqdm.tqdm(total=total, initial=len(state["scores"]), desc=f"{benchmark} {setting}",
+                  unit="q", dynamic_ncols=True, file=sys.stderr, disable=not progress)
+
+  def record(seed: int, tasks, row: int, qid: str, episode: Episode) -> None:
+    q = by_id[qid]
+    error, verdict = episode.error, None
+    if judge is not None and spec.judged(q) and not error:
+      try:
+        verdict = judge_verdict(judge, tasks, row, episode.prediction, q)
+      except JudgeError as failure:  # the judge endpoint's, named by its role
+        error = str(failure)
+    entry = {"setting": setting, "seed": seed, "question_id": qid,
+             "category": spec.category(q), "reference": q.answer,
+             "prediction": episode.prediction, "score": 0.0, "error": error,
+             "verdict": verdict, "requests": episode.requests, "tokens": episode.tokens,
+             "seconds": round(float(episode.seconds), 3)}
+    entry["score"] = float(spec.score(q, scored_value(entry)))
+    if seed == seeds[0] and place[qid] < episodes:
+      entry["views"] = save_views(episode.views, out, f"{place[qid]:05d}_{setting}")
+      entry["turns"] = list(episode.turns)
+    log.append(entry)
+    with lock:
+      state["scores"].append(entry["score"])
+      state["failed"] += bool(error)
+      bar.update(1)
+      bar.set_postfix(acc=f"{np.mean(state['scores']):.3f}", failed=state["failed"])
+
+  for seed in seeds:
+    done = log.recorded(setting, seed)
+    pending = [q for q in questions if q.question_id not in done]
+    for tasks, ids, real in task_stream(source, benchmark, pending, batch, points):
+      def on_done(row: int, episode: Episode, tasks=tasks, ids=ids, real=real,
+                  seed=seed) -> None:
+        if row < real:  # padding rows repeat the last real one
+          record(seed, tasks, row, ids[row], episode)
+      if setting == "tools" and getattr(agent, "host_loop", False):
+        # SpatialClaw: host-loop episodes of the real rows only (no padding rows).
+        agent.episodes(backend, tasks, [by_id[i] for i in ids], seed, spec, on_done=on_done)
+      elif setting == "tools":
+        backend.episodes(agent, tasks, seed, real=real, on_done=on_done)
+      else:
+        prompts = [system_prompt(spec, by_id[i]) for i in ids]
+        backend.answers(tasks, prompts, seed, on_done=on_done)
+  bar.close()
 
 
 def question_text(tasks, row: int) -> str:

@@ -25,8 +25,8 @@ from jaxspatial.models.qwen2_5_vl.tokenizer import train_tokenizer
 from jaxspatial.rl.objectives import PolicyLossConfig
 from jaxspatial.rollout import AgentRollout, agents, prompts, tiny
 from jaxspatial.rollout.viewer import trajectory_html
-from jaxspatial.train import (AdvantageConfig, Experiment, OptimizerConfig, Phase,
-                              RolloutBatch, StepConfig, TrainBatch)
+from jaxspatial.train import (AdvantageConfig, Experiment, ExportedPolicy, OptimizerConfig,
+                              Phase, RolloutBatch, StepConfig, TrainBatch)
 from recipes.common import accuracy, gather_rows, my_rows, small_model_config
 
 SYSTEM = ("Answer with one colour word. To look around, call render_view_tool with "
@@ -69,7 +69,8 @@ class LookAround(Experiment):
 
   # -- set-up ------------------------------------------------------------------------------
 
-  def build(self, mesh):
+  def build_for_export(self, mesh):
+    """The tokenizer (trained on the templates, as `build` trains it) and the policy."""
     c = self.c
     self.mesh = mesh
     questions = [look_around.LookQuestion(s, k) for s in look_around.SIDES
@@ -82,6 +83,16 @@ class LookAround(Experiment):
                                      extra_special_tokens=tiny.LATENT_TOKENS)
     self.model = Qwen25VL(small_model_config(c.model, self.tokenizer), rngs=nnx.Rngs(c.seed),
                           **model_options(c.model))
+    return self.model
+
+  def exported_policy(self, module):
+    """The Qwen2.5-VL-shaped policy with the tokenizer trained here; prompts in Qwen's
+    layout, replies opened bare and ended by <|im_end|> (the rollouts' stop)."""
+    return ExportedPolicy(module, self.tokenizer)
+
+  def build(self, mesh):
+    c = self.c
+    self.build_for_export(mesh)
     s = c.scene
     agent = agents.Act3DAgent(act3d.Act3DParams(
         width=s.width, height=s.height, hfov_deg=s.hfov_deg, turn_step_deg=s.turn_step_deg,

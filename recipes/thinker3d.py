@@ -56,8 +56,9 @@ from jaxspatial.rl.objectives import PolicyLossConfig
 from jaxspatial.rollout import automaton as am, episode, grammars, prompts, tiny
 from jaxspatial.rollout import thinker3d as rollout3d
 from jaxspatial.rollout.viewer import completions_html
-from jaxspatial.train import (AdvantageConfig, Checkpointer, Experiment, OptimizerConfig, Phase,
-                              RolloutBatch, StepConfig, TrainBatch, trainable)
+from jaxspatial.train import (AdvantageConfig, Checkpointer, Experiment, ExportedPolicy,
+                              OptimizerConfig, Phase, RolloutBatch, StepConfig, TrainBatch,
+                              trainable)
 from jaxspatial.train.thinker3d import Stage1Config, stage1_batch, stage1_terms
 from recipes.common import gather_rows, my_rows, small_model_config
 
@@ -204,12 +205,18 @@ def check_reference_inputs(c) -> None:
 
 
 class Thinker3D(Experiment):
-  def __init__(self, config):
+  def __init__(self, config, data: bool = True):
     c = self.c = config
     if c.variant not in ("reference", "cpu"):
       raise ValueError(f"thinker3d: variant must be 'reference' or 'cpu', got {c.variant!r}")
-    if c.variant == "reference":
+    if c.variant == "reference" and data:
       check_reference_inputs(c)
+    elif c.variant == "reference" and not pathlib.Path(c.model.get("checkpoint", "")
+                                                       or "/nonexistent").is_dir():
+      raise FileNotFoundError(f"thinker3d stage {c.stage} (variant 'reference'): "
+                              f"model.checkpoint {c.model.get('checkpoint', '')!r}: no such "
+                              "folder (the Hugging Face Qwen2.5-VL folder the run started "
+                              "from: --config.model.checkpoint=/path)")
     self.name = f"thinker3d stage {c.stage}"
     self.curve_metrics = (("sft/loss", "sft/alignment", "sft/cross_entropy") if c.stage == 1
                           else ("rl/reward", "rl/latent_sim", "rl/correct"))
@@ -243,10 +250,41 @@ class Thinker3D(Experiment):
       raise FileNotFoundError(f"stage 2 starts from stage 1's checkpoint: none under "
                               f"{stage1.directory}; run {first} first (or set init_from)")
     stage1.close()
+    return self._adapters()  # the projector is frozen: only the adapters train
+
+  def _adapters(self):
+    """Stage 2's module: the language model with LoRA adapters."""
+    c = self.c
     lora = c.model.lora
     apply_lora(self.policy.model.language_model, tuple(lora.targets), lora.rank, lora.alpha,
                lora.dropout, rngs=nnx.Rngs(c.seed + 2))
-    return self.policy.model  # the projector is frozen: only the adapters train
+    return self.policy.model
+
+  @classmethod
+  def for_export(cls, config) -> "Thinker3D":
+    """The recipe without its data checks (the reference variant's policy needs only
+    `model.checkpoint`)."""
+    return cls(config, data=False)
+
+  def build_for_export(self, mesh):
+    """The cpu variant: `build` (its tokenizer is trained on the synthetic task). The
+    reference variant: the checkpoint's policy with the latent tokens and the projector,
+    and in stage 2 the adapters (a stage-2 checkpoint holds the base weights too: stage 1's
+    is not read); no data."""
+    c = self.c
+    if c.variant == "cpu":
+      return self.build(mesh)
+    self.mesh = mesh
+    self._published_policy()
+    return self.policy if c.stage == 1 else self._adapters()
+
+  def exported_policy(self, module):
+    """The policy's language and vision model (the 3D projector is not part of a Hugging
+    Face folder: stage 2's policy samples without it), with the latent tokens in its
+    tokenizer; LoRA adapters are merged by the export, the tied head's as an untied head."""
+    model = module.model if isinstance(module, Thinker3DPolicy) else module
+    return ExportedPolicy(model, self.tokenizer,
+                          source=self.c.model.get("checkpoint", "") or None)
 
   def _synthetic_policy_and_data(self):
     """The cpu variant: the synthetic task (features through the cache), a tokenizer trained
@@ -289,17 +327,11 @@ class Thinker3D(Experiment):
           [str(i) for i in range(len(examples))], [""] * len(examples), target_length)]
     return split(train), split(test)
 
-  def _published_policy_and_data(self):
-    """The reference variant: the checkpoint's policy with the latent tokens, the training
-    JSONL (frames and features checked up front) and MindCube-Tiny held out."""
+  def _published_policy(self) -> Projector3DConfig:
+    """The reference variant's policy: the checkpoint's model, its tokenizer with the
+    latent tokens (the embedding grown to them), the projector. Returns its config."""
     data = thinker3d_data
-    c, d = self.c, self.c.data
-    rows = data.read_training_rows(d.jsonl, d.image_root)
-    data.check_features(rows, d.features)
-    evaluation = []
-    if d.get("eval_jsonl", ""):
-      evaluation = data.read_eval_rows(d.eval_jsonl, d.get("eval_image_root", "")
-                                       or d.image_root, limit=d.get("eval_limit", 0))
+    c = self.c
     processor, model = models.load_policy(c.model.checkpoint, seed=c.seed,
                                           **model_options(c.model))
     tok = self.tokenizer = getattr(processor, "tokenizer", processor)
@@ -321,6 +353,20 @@ class Thinker3D(Experiment):
       raise ValueError(f"projector.latent_size {projector.latent_size} must equal "
                        f"latents.num_latents {c.latents.num_latents}")
     self.policy = Thinker3DPolicy(model, projector, rngs=nnx.Rngs(c.seed + 1))
+    return projector
+
+  def _published_policy_and_data(self):
+    """The reference variant: the checkpoint's policy with the latent tokens, the training
+    JSONL (frames and features checked up front) and MindCube-Tiny held out."""
+    data = thinker3d_data
+    c, d = self.c, self.c.data
+    rows = data.read_training_rows(d.jsonl, d.image_root)
+    data.check_features(rows, d.features)
+    evaluation = []
+    if d.get("eval_jsonl", ""):
+      evaluation = data.read_eval_rows(d.eval_jsonl, d.get("eval_image_root", "")
+                                       or d.image_root, limit=d.get("eval_limit", 0))
+    projector = self._published_policy()
     # One feature file read now: a cache of another shape fails here, not at step 1.
     data.load_features(rows[0], d.features, projector.fusion_output, projector.hidden_size)
     self.system, self.user_text = data.SYSTEM, data.prompt_text

@@ -113,9 +113,9 @@ class _Source:
 
 
 def _record(source: _Source, question: BenchmarkQuestion, text: str, views: int,
-            text_field: str = "question") -> dict:
+            text_field: str = "question", *, order: int) -> dict:
   """The question's JSON object (scene.py's fields), its sizes checked; `text_field`: the
-  file's field the text comes from."""
+  file's field the text comes from; `order`: its place in the question file."""
   if views > MAX_VIEWS:
     source.fail(question, "images", f"{views} images; a scene holds at most {MAX_VIEWS}")
   if question.options:
@@ -139,7 +139,7 @@ def _record(source: _Source, question: BenchmarkQuestion, text: str, views: int,
           "options": list(question.options), "answer": question.answer,
           "answer_text": answer_text, "answers": answers, "category": question.category,
           "answer_objects": [], "initial_view": 0, "views": list(range(views)),
-          "needs_exploration": True}
+          "needs_exploration": True, "order": order}
 
 
 def _options_block(question: BenchmarkQuestion) -> str:
@@ -303,8 +303,8 @@ def mindcube_scenes(questions_path, image_root, *, benchmark: str = "mindcube",
   source = _Source(questions_path, "id", read_json_rows, answer="gt_answer",
                    options="question")
   groups: dict = {}
-  for question in questions:
-    record = _record(source, question, question.question, len(question.images))
+  for order, question in enumerate(questions):
+    record = _record(source, question, question.question, len(question.images), order=order)
     key = tuple(_relative(p, image_root) for p in question.images)
     groups.setdefault(key, []).append((question, record))
   return _file_sets(benchmark, source, groups, image_root, width, height, caches)
@@ -333,7 +333,7 @@ def blink_scenes(path, image_root=None, *, benchmark: str | None = None,
   source = _Source(path, "idx", options="choices", images="image_1", image="image_{n}")
   files: dict = {}
   embedded: dict = {}
-  for question in questions:
+  for order, question in enumerate(questions):
     blobs = question.meta.get("image_bytes", ())
     if blobs and question.images:
       source.fail(question, "images", "the row mixes embedded images and image paths, "
@@ -341,7 +341,8 @@ def blink_scenes(path, image_root=None, *, benchmark: str | None = None,
     count = len(blobs) or len(question.images)
     prompt = question.meta.get("prompt")
     record = _record(source, question, _blink_text(question), count,
-                     "prompt" if isinstance(prompt, str) and prompt.strip() else "question")
+                     "prompt" if isinstance(prompt, str) and prompt.strip() else "question",
+                     order=order)
     if blobs:
       key = tuple(hashlib.sha1(b).hexdigest() for b in blobs)
       embedded.setdefault(key, (blobs, []))[1].append((question, record))
@@ -439,8 +440,8 @@ def vsibench_scenes(path, video_root, *, benchmark: str = "vsibench",
                             question_types=question_types)
   source = _Source(path, "id", answer="ground_truth", images="scene_name")
   groups: dict = {}
-  for question in questions:
-    record = _record(source, question, _options_block(question), frames)
+  for order, question in enumerate(questions):
+    record = _record(source, question, _options_block(question), frames, order=order)
     groups.setdefault(question.images[0], []).append((question, record))
 
   def scenes():
@@ -468,8 +469,8 @@ def chartqa_scenes(root, split: str = "test", *, benchmark: str = "chartqa",
   source = _Source(root, None, answer="label", options="label", images="imgname",
                    image="imgname")
   groups: dict = {}
-  for question in questions:
-    record = _record(source, question, question.question, 1, "query")
+  for order, question in enumerate(questions):
+    record = _record(source, question, question.question, 1, "query", order=order)
     key = (_relative(question.images[0], root),)
     groups.setdefault(key, []).append((question, record))
   return _file_sets(benchmark, source, groups, root, width, height, caches)
@@ -483,8 +484,8 @@ def hrbench_scenes(path, *, benchmark: str = "hrbench", width: int = 640,
   questions = read_hrbench(path, benchmark=benchmark)
   source = _Source(path, "index", options=None, images="image", image="image")
   groups: dict = {}
-  for question in questions:
-    record = _record(source, question, _options_block(question), 1)
+  for order, question in enumerate(questions):
+    record = _record(source, question, _options_block(question), 1, order=order)
     groups.setdefault(question.meta["image_sha1"], []).append((question, record))
 
   def scenes():

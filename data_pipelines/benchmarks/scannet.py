@@ -327,14 +327,14 @@ def scanqa_scenes(questions_path, scene_root, *, points: int = 200_000, width: i
     pose = camera_pose(eye, forward)
     present = set(np.unique(instance).tolist())
     questions = []
-    for _, q in items:
+    for row, q in items:
       objects = [scan.instance_of(i) for i in q.object_ids]
       objects = sorted({k for k in objects if k is not None and k in present})
       questions.append({
           "question_id": q.question_id, "question": q.question, "options": [],
           "answer": q.answer, "answer_text": q.answer, "answers": list(q.answers),
           "category": "open", "answer_objects": objects, "initial_view": 0, "views": [0],
-          "needs_exploration": True, "object_ids": list(q.object_ids),
+          "needs_exploration": True, "order": row - 1, "object_ids": list(q.object_ids),
           "object_names": list(q.object_names)})
     yield BenchmarkScene(
         benchmark="scanqa", scene_id=scene_id, geometry="scan", questions=questions,
@@ -356,6 +356,7 @@ def sqa3d_scenes(questions_path, annotations_path, scene_root, *, points: int = 
     raise ValueError(f"max_views: expected an int >= 1, got {max_views!r}")
   settings = _settings(width, height, hfov_deg)
   rows = [(q.meta["row"], q) for q in read_sqa3d(questions_path, annotations_path, scene_root)]
+  order = {q.question_id: k for k, (_, q) in enumerate(rows)}
   for row, question in rows:
     _check_text(questions_path, row, question, _sqa3d_text(question))
     _check_answers(annotations_path, question.meta["annotation_row"], question)
@@ -384,7 +385,7 @@ def sqa3d_scenes(questions_path, annotations_path, scene_root, *, points: int = 
               "answer": q.answer, "answer_text": q.answer, "answers": list(q.answers),
               "category": q.category, "answer_objects": [], "initial_view": view,
               "views": [view], "needs_exploration": True,
-              "situation": q.meta["situation"], "position": list(key[0]),
+              "order": order[q.question_id], "situation": q.meta["situation"], "position": list(key[0]),
               "rotation": list(key[1])})
         poses.append(camera_pose(eye, forward))
         images.append(_render_view(cloud, poses[-1], settings))

@@ -16,6 +16,8 @@ turns both into `Task`s. Questions are JSON objects:
     initial_view int    the view the episode starts from (index into the scene's cameras)
     views        [int]  the views the question shows (its input images)
     needs_exploration bool
+    order        int    its place in the split's question file (`launch.eval --limit N`: the
+                        first N); absent in benchmarks prepared before it was stored
 
 `geometry` says where the cloud and cameras come from: "scan" (a ScanNet-format scan),
 "reconstruction" (Think3D's cache files, or a reconstruction at build time), "none" (the

@@ -226,14 +226,23 @@ def build_benchmark(name: str, source, data_dir, *, questions=None,
   return builder
 
 
-def load_benchmark(name: str, data_dir, split: str = "test"):
-  """The prepared split as a random-access data source (loader.task_batches' input)."""
+class _Encoded(tfds.decode.SkipDecoding):
+  """Leaves a sequence of images encoded (TFDS's SkipDecoding lacks the numpy batch path)."""
+
+  def decode_batch_example_np(self, serialized_example):
+    return serialized_example
+
+
+def load_benchmark(name: str, data_dir, split: str = "test", images: bool = True):
+  """The prepared split as a random-access data source (loader.task_batches' input);
+  `images=False`: the views are left encoded (PNG bytes), for reading questions fast."""
   builder = SpatialBenchmark(data_dir=str(data_dir), config=name)
   if not builder.is_prepared():
     raise FileNotFoundError(f"benchmark {name} is not prepared under {data_dir}: run python "
                             f"-m launch.build_benchmark --benchmark {name} --source DIR "
                             f"--data-dir {data_dir}")
-  sources = builder.as_data_source()
+  decoders = None if images else {"images": _Encoded()}
+  sources = builder.as_data_source(decoders=decoders)
   if split not in sources:
     raise ValueError(f"benchmark {name}: split {split!r} not built; it has {sorted(sources)}")
   return sources[split]

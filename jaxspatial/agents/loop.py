@@ -510,18 +510,24 @@ def _judge_answer(value, options, kind, attempts: int,
 
 
 def run_episodes(model, tasks: Sequence[EpisodeInput], config: LoopConfig = LoopConfig(), *,
-                 kernel_factory: Callable | None = None) -> list[EpisodeResult]:
+                 kernel_factory: Callable | None = None,
+                 on_done: Callable[[int, EpisodeResult], None] | None = None
+                 ) -> list[EpisodeResult]:
   """Episodes of `tasks`, `config.concurrency` at a time (threads; each its own kernel),
-  in order. An episode that raises is returned with `error` set."""
-  def one(task: EpisodeInput) -> EpisodeResult:
+  in order. An episode that raises is returned with `error` set. `on_done(index, result)`
+  runs in the worker thread as each episode ends (an evaluation records it at once)."""
+  def one(index: int, task: EpisodeInput) -> EpisodeResult:
     try:
-      return run_episode(model, task, config, kernel_factory=kernel_factory)
+      result = run_episode(model, task, config, kernel_factory=kernel_factory)
     except Exception as error:  # pylint: disable=broad-except
-      return EpisodeResult("", stop="error", error=f"{type(error).__name__}: "
-                           f"{str(error)[:500]}", question_id=task.question_id)
+      result = EpisodeResult("", stop="error", error=f"{type(error).__name__}: "
+                             f"{str(error)[:500]}", question_id=task.question_id)
+    if on_done is not None:
+      on_done(index, result)
+    return result
 
   if not tasks:
     return []
   workers = min(config.concurrency, len(tasks))
   with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="spatialclaw") as pool:
-    return list(pool.map(one, tasks))
+    return list(pool.map(one, range(len(tasks)), tasks))

@@ -9,7 +9,8 @@ from jaxspatial.models.attention import attention, resolve as resolve_attention
 from jaxspatial.models.latent3d import (Thinker3DPolicy, add_latent_tokens, expand_output_3d,
                                         grow_embeddings, image_token_rows, latent_label_mask,
                                         latent_positions)
-from jaxspatial.models.lora import LoRALinear, LoRATiedHead, apply_lora, linear_names, merge_lora
+from jaxspatial.models.lora import (LoRALinear, LoRATiedHead, apply_lora, linear_names, merge_lora,
+                                   untie_adapted_head)
 from jaxspatial.models.projector3d import (TINY, Projector3D, Projector3DConfig,
                                            alignment_loss, load_torch_state_dict, stage1_loss)
 from jaxspatial.models.chat import ChatFormat, chat_format
@@ -29,4 +30,4 @@ __all__ = ["FAMILIES", "ChatFormat", "DecodeState", "Generation", "SamplingConfi
            "add_latent_tokens", "alignment_loss", "apply_lora", "expand_output_3d",
            "grow_embeddings", "image_token_rows", "latent_label_mask", "latent_positions",
            "linear_names", "load_torch_state_dict", "logical_init", "make_mesh", "merge_lora",
-           "mesh_axes", "stage1_loss"]
+           "mesh_axes", "stage1_loss", "untie_adapted_head"]

@@ -8,7 +8,9 @@ head (no `lm_head` layer: logits = h E^T) gets `LoRATiedHead`, an adapter on the
 alone while the embedding E stays shared with the input lookup (PEFT's LoRA on a tied
 `lm_head`, as 3DThinker's stage 2 trains it). `linear_names` lists a model's linear
 layers (3DThinker's targets: all of the language model's, plus "lm_head"). `merge_lora`
-folds B A into the base kernels and unwraps (a tied head's adapter cannot be folded).
+folds B A into the base kernels and unwraps (a tied head's adapter cannot be folded into
+the shared embedding: `untie_adapted_head` first gives the model its own LM head,
+E^T + (alpha / r) A B, as an exported folder needs).
 """
 
 from __future__ import annotations
@@ -127,6 +129,26 @@ def apply_lora(model: nnx.Module, targets: tuple[str, ...], rank: int, alpha: fl
   if count == 0:
     raise ValueError(f"apply_lora: no nnx.Linear named any of {targets}")
   return count
+
+
+def untie_adapted_head(text_model: nnx.Module) -> bool:
+  """Replaces a `LoRATiedHead` on `text_model.lm_head` by an untied `nnx.Linear` LM head of
+  kernel E^T + (alpha / r) A B [embed, vocab] (its own parameter: the logits are unchanged,
+  the input embedding stays E). Returns whether there was one. The caller's config must then
+  say the head is untied (`tie_word_embeddings` false)."""
+  head = getattr(text_model, "lm_head", None)
+  if not isinstance(head, LoRATiedHead):
+    return False
+  table = head.embed.embedding[...]
+  update = (head.lora_a[...].astype(jnp.float32) @ head.lora_b[...].astype(jnp.float32)
+            ) * head.scale
+  kernel = (table.astype(jnp.float32).T + update).astype(table.dtype)
+  vocab, width = table.shape
+  linear = nnx.Linear(width, vocab, use_bias=False, dtype=head.embed.dtype,
+                      param_dtype=table.dtype, rngs=nnx.Rngs(0))
+  linear.kernel[...] = kernel
+  text_model.lm_head = nnx.data(linear)
+  return True
 
 
 def merge_lora(model: nnx.Module) -> int:

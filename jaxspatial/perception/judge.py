@@ -90,7 +90,7 @@ import re
 import threading
 import time
 import urllib.parse
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -211,7 +211,8 @@ class ChatEndpoint:
       except JudgeError:
         self._stats.record("chat", time.perf_counter() - start, False, tried[0])
         raise
-    self._stats.record("chat", time.perf_counter() - start, True, tried[0])
+    text.seconds = time.perf_counter() - start
+    self._stats.record("chat", text.seconds, True, tried[0])
     with self._lock:
       for k in self._usage:
         self._usage[k] += usage.get(k, 0)
@@ -281,24 +282,31 @@ class ChatEndpoint:
                        f"not sent); the first: {error}") from error
     return [f.result() for f in futures]
 
-  def complete_each(self, requests: Sequence[dict]) -> list:
+  def complete_each(self, requests: Sequence[dict],
+                    on_done: Callable[[int, Any], None] | None = None) -> list:
     """Replies to `requests` in order, `concurrency` at a time, every one tried: a request
     that failed for good (after its retries) is its `JudgeError` in place of the reply,
-    so one bad request never costs the others (failures are data). The request budget is
-    checked for the whole batch first, as `complete_many` does."""
+    so one bad request never costs the others (failures are data). `on_done(index,
+    reply or JudgeError)` runs in the worker thread as each request ends (a caller that
+    records each answer at once loses none when killed). The request budget is checked
+    for the whole batch first, as `complete_many` does."""
     if not requests:
       return []
     self._check_batch_budget(len(requests))
+
+    def one(index: int, request: dict):
+      try:
+        result = self.complete(**request)
+      except JudgeError as error:
+        result = error
+      if on_done is not None:
+        on_done(index, result)
+      return result
+
     workers = min(self.concurrency, len(requests))
     with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix=self.role) as pool:
-      futures = [pool.submit(self.complete, **r) for r in requests]
-    out = []
-    for future in futures:
-      error = future.exception()
-      if error is not None and not isinstance(error, JudgeError):
-        raise error  # a bug, not a failed request
-      out.append(error if error is not None else future.result())
-    return out
+      futures = [pool.submit(one, k, r) for k, r in enumerate(requests)]
+    return [future.result() for future in futures]  # a bug (not a failed request) raises
 
 
 def _retry_after(value: str | None) -> float | None:
@@ -315,13 +323,19 @@ def _retry_after(value: str | None) -> float | None:
 class ChatReply(str):
   """A reply's `content` text that also carries `.reasoning`: the reasoning the server
   returned apart from it (`reasoning_content`, vLLM's and SGLang's reasoning parsers;
-  `reasoning`, other servers'), None when it sent none. Compares and prints as the text."""
+  `reasoning`, other servers'), None when it sent none; `.usage`: the token counts the
+  reply reported ({} when none) and `.seconds`: the call's time, retries included.
+  Compares and prints as the text."""
 
   reasoning: str | None
+  usage: dict
+  seconds: float
 
-  def __new__(cls, content: str, reasoning: str | None = None):
+  def __new__(cls, content: str, reasoning: str | None = None, usage: dict | None = None):
     reply = super().__new__(cls, content)
     reply.reasoning = reasoning
+    reply.usage = dict(usage or {})
+    reply.seconds = 0.0
     return reply
 
 
@@ -365,7 +379,7 @@ def parse_reply(data: bytes) -> tuple[ChatReply, dict]:
     counts = {k: v for k, v in usage.items() if k in ("prompt_tokens", "completion_tokens",
                                                        "total_tokens")
               and type(v) is int and 0 <= v < 1 << 40}
-  return ChatReply(content, reasoning), counts
+  return ChatReply(content, reasoning, counts), counts
 
 
 # --- prompts and the verdict ---------------------------------------------------------------
@@ -586,6 +600,12 @@ class LLMJudge:
   def __repr__(self) -> str:
     return (f"LLMJudge({self.endpoint!r}, prompt={self.prompt.name!r}, "
             f"temperature={self.temperature:g}, max_tokens={self.max_tokens})")
+
+  def describe(self) -> dict:
+    """What decides its verdicts (not where it runs): model, prompt and sampling."""
+    return {"kind": "llm", "model": self.endpoint.model, "prompt": self.prompt.name,
+            "temperature": self.temperature, "max_tokens": self.max_tokens,
+            "top_p": self.top_p}
 
   def stats(self) -> dict:
     """Verdict counts and the endpoint's stats: rows, requests, and per request correct,

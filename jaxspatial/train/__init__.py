@@ -12,14 +12,14 @@ from jaxspatial.train.optim import OptimizerConfig, make_optimizer, trainable
 from jaxspatial.train.grpo import AdvantageConfig
 from jaxspatial.train.losses import LOSSES, get_loss, register_loss
 from jaxspatial.train import thinker3d as _thinker3d  # noqa: F401 (registers its loss)
-from jaxspatial.train.experiment import Experiment, Phase, RolloutBatch
+from jaxspatial.train.experiment import Experiment, ExportedPolicy, Phase, RolloutBatch
 from jaxspatial.train.trainer import (Preempted, Trainer, config_changes, flat_config,
                                       mesh_from_config, rl_step)
 from jaxspatial.train.reference import ReferencePolicy
 from jaxspatial.train.steps import StepConfig, TrainBatch, batch_logprobs, shard_batch, train_step
 
 __all__ = ["AdvantageConfig", "CheckpointCorruptError", "CheckpointError",
-           "CheckpointMismatchError", "Checkpointer", "Experiment", "LOSSES", "Phase", "Preempted",
+           "CheckpointMismatchError", "Checkpointer", "Experiment", "ExportedPolicy", "LOSSES", "Phase", "Preempted",
            "RolloutBatch", "Trainer", "config_changes", "flat_config", "get_loss", "mesh_from_config",
            "register_loss", "rl_step", "MetricWriter", "OptimizerConfig", "PreemptionGuard",
            "ReferencePolicy", "StepConfig",

@@ -401,6 +401,10 @@ class Checkpointer:
   def latest_step(self) -> int | None:
     return self.latest.latest_step()
 
+  def steps(self, best: bool = False) -> list[int]:
+    """The saved steps of latest/ (or best/), oldest first."""
+    return sorted(self._manager(best).all_steps())
+
   # ---------------------------------------------------------------- reading
 
   def _move_aside(self, manager, step: int, kind: str) -> epath.Path:

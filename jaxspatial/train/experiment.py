@@ -57,6 +57,19 @@ class Phase:
     return dataclasses.replace(self.optimizer, total_steps=max(self.updates, 1))
 
 
+@dataclasses.dataclass(frozen=True)
+class ExportedPolicy:
+  """What `launch.export` writes of a restored run (`Experiment.exported_policy`): the
+  policy family's model inside the checkpoint's module (adapters still unmerged), the
+  tokenizer the run trained with (tokens it added included), how its replies open and end,
+  and the Hugging Face folder the run started from (None: built here), whose processor
+  files, chat template and generation config the export carries over."""
+  model: Any
+  tokenizer: Any
+  chat: Any = None            # models.ChatFormat; None: instruct, replies end at <|im_end|>
+  source: str | None = None
+
+
 @dataclasses.dataclass
 class RolloutBatch:
   """Step k's episodes for an RL phase: the training batch (advantages filled in by the
@@ -76,6 +89,9 @@ class Experiment:
   (a fresh run), each phase's name at its end (all but the last) and "final"; it returns
   entries merged into the run's results (saved with checkpoints, so a resumed run does not
   repeat them); `launch.eval` calls it with when = "checkpoint". `report(results, workdir)` writes pages and returns the text to print.
+  `launch.export` builds the module with `build_for_export(mesh)` (default: `build`; a recipe
+  may skip its data, rollouts and tools), restores a checkpoint into it and writes
+  `exported_policy(module)` as a Hugging Face folder.
   """
 
   name: str = "experiment"
@@ -84,6 +100,22 @@ class Experiment:
 
   def build(self, mesh) -> nnx.Module:
     raise NotImplementedError
+
+  @classmethod
+  def for_export(cls, config) -> "Experiment":
+    """The experiment `launch.export` builds (default: `cls(config)`; a recipe may skip
+    checking the data it trains on)."""
+    return cls(config)
+
+  def build_for_export(self, mesh) -> nnx.Module:
+    """The module `build` returns (the checkpoints' structure), for `launch.export`: what
+    the exported policy needs (its tokenizer, its chat format), nothing else."""
+    return self.build(mesh)
+
+  def exported_policy(self, module) -> ExportedPolicy:
+    """The policy `launch.export` writes of a restored `module`."""
+    del module
+    raise NotImplementedError(f"{type(self).__name__} does not export a policy")
 
   def phases(self) -> list[Phase]:
     raise NotImplementedError

@@ -166,22 +166,54 @@ class Trainer:
 
   # -- evaluation of a saved run -----------------------------------------------------------
 
+  def restore(self, checkpoint: str | None = None, step: int | None = None,
+              best: bool = False, for_export: bool = False) -> int:
+    """Builds the experiment's module on the config's mesh (`build`, or `build_for_export`)
+    and restores a run's saved parameters into it, verified (`launch.eval`,
+    `launch.export`): the run in `checkpoint` (a work directory; default: this config's),
+    its latest step, step `step`, or its best step. The folder and the step are checked
+    before anything is built: a missing one raises FileNotFoundError naming the path and the
+    steps there. Returns the step restored."""
+    initialize_from_env()
+    root = epath.Path(checkpoint or self.workdir)
+    directory = root / "checkpoints"
+    kind = "best" if best else "latest"
+    if not (directory / kind).is_dir():
+      if not root.exists():
+        why = f"{root} does not exist"
+      elif not directory.is_dir():
+        why = (f"{root} holds no checkpoints/ folder (expected a training run's work "
+               "directory)")
+      else:
+        why = f"{directory / kind} does not exist" + (
+            " (best steps are kept by RL reward: a run without an RL phase has none)"
+            if best else "")
+      raise FileNotFoundError(f"no {kind} checkpoint: {why}")
+    checkpointer = Checkpointer(directory, keep=self.config.checkpoint.keep,
+                                best_metric="reward")
+    try:
+      steps = checkpointer.steps(best)
+      if not steps:
+        raise FileNotFoundError(f"no {kind} checkpoint under {directory}: "
+                                f"{directory / kind} holds no step")
+      if step is not None and step not in steps:
+        raise FileNotFoundError(f"checkpoint step {step} is not under {directory / kind} "
+                                f"(steps there: {', '.join(map(str, steps))})")
+      self.mesh = self._make_mesh()
+      build = self.experiment.build_for_export if for_export else self.experiment.build
+      with jax.set_mesh(self.mesh):
+        self.module = build(self.mesh)
+        restored = checkpointer.restore_params(self.module, step=step, best=best)
+    finally:
+      checkpointer.close()
+    return restored
+
   def evaluate(self, checkpoint: str | None = None, split: str | None = None,
                best: bool = False) -> dict:
     """The experiment's evaluation of a run's saved policy (default: this workdir's latest
     step; `best`: the best one), on `split` (default: the config's)."""
-    initialize_from_env()
-    self.mesh = self._make_mesh()
-    with jax.set_mesh(self.mesh):
-      self.module = self.experiment.build(self.mesh)
+    step = self.restore(checkpoint, best=best)
     directory = epath.Path(checkpoint or self.workdir) / "checkpoints"
-    checkpointer = Checkpointer(directory, keep=self.config.checkpoint.keep,
-                                best_metric="reward")
-    with jax.set_mesh(self.mesh):
-      step = checkpointer.restore_params(self.module, best=best)
-    checkpointer.close()
-    if step is None:
-      raise FileNotFoundError(f"no {'best ' if best else ''}checkpoint under {directory}")
     results = self.experiment.evaluate(self.module, "checkpoint", split)
     if jax.process_index() == 0:
       print(f"{directory}: step {step}" + (f", split {split}" if split else ""))
