@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxspatial.envs import decode_text
-from jaxspatial.perception.judge import ChatEndpoint
+from jaxspatial.perception.judge import ChatEndpoint, strip_reasoning
 from jaxspatial.rollout.api_agent import api_rollout, png_data_url
 from recipes.benchmark_run import Episode, question_views
 
@@ -37,6 +37,12 @@ def _messages(system: str, views, question: str) -> list[dict]:
   parts = [{"type": "image_url", "image_url": {"url": png_data_url(view)}} for view in views]
   parts.append({"type": "text", "text": question})
   return [{"role": "system", "content": system}, {"role": "user", "content": parts}]
+
+
+def _turns(reply) -> list[str]:
+  """What the page shows of a reply: the reasoning the server returned apart, then it."""
+  reasoning = getattr(reply, "reasoning", None)
+  return [f"<think>{reasoning}</think>", str(reply)] if reasoning else [str(reply)]
 
 
 def _check_geometry(agent, source) -> None:
@@ -89,8 +95,9 @@ class EndpointBackend:
       # A request that failed for good is that question's failure, not the batch's.
       if isinstance(reply, Exception):
         return Episode("", "", views[row], [], requests=1, error=str(reply))
-      return Episode("", reply.strip(), views[row], [reply], requests=1,
-                     tokens=reply.usage.get("total_tokens"), seconds=reply.seconds)
+      return Episode("", strip_reasoning(reply).strip(), views[row], _turns(reply),
+                     requests=1, tokens=reply.usage.get("total_tokens"),
+                     seconds=reply.seconds)
 
     def done(row: int, reply) -> None:
       if on_done is not None:
@@ -200,8 +207,8 @@ class PolicyBackend:
                                        jax.random.fold_in(key, start))
       for r, prompt in enumerate(chunk):
         reply = self.engine.reply(tokens[r], len(prompt.ids), self.answer_tokens)
-        out.append(Episode("", reply.text.strip(), views[start + r], [reply.text],
-                           requests=1))
+        out.append(Episode("", strip_reasoning(reply.text).strip(), views[start + r],
+                           [reply.text], requests=1))
     for episode in out:
       episode.seconds = time.perf_counter() - began
     return _report(out, on_done)

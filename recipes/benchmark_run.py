@@ -54,7 +54,7 @@ from data_pipelines.readers.common import BenchmarkQuestion
 from jaxspatial.envs import decode_text
 from jaxspatial.eval.prediction_log import PredictionLog
 from jaxspatial.eval.report import write_text_atomically
-from jaxspatial.perception.judge import JudgeError
+from jaxspatial.perception.judge import EndpointError
 from jaxspatial.geometry import bucket_size
 from jaxspatial.rollout.episode import ANSWER_BYTES
 from recipes.benchmark_eval import evaluate_predictions
@@ -450,7 +450,7 @@ def _run_setting(setting, seeds, questions, by_id, place, source, benchmark, bat
     if judge is not None and spec.judged(q) and not error:
       try:
         verdict = judge_verdict(judge, tasks, row, episode.prediction, q)
-      except JudgeError as failure:  # the judge endpoint's, named by its role
+      except EndpointError as failure:  # the judge endpoint's, named by its role
         error = str(failure)
     entry = {"setting": setting, "seed": seed, "question_id": qid,
              "category": spec.category(q), "reference": q.answer,

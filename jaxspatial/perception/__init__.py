@@ -14,7 +14,7 @@ from jaxspatial.perception.reconstruction import (DepthAnything3Reconstructor, P
                                                   Reconstruction, VGGTReconstructor,
                                                   load_reconstructor, reconstruct,
                                                   reconstruction_tool)
-from jaxspatial.perception.judge import (ChatEndpoint, JudgeError, LLMJudge, act3d_eval_judge,
+from jaxspatial.perception.judge import (ChatEndpoint, EndpointError, LLMJudge, act3d_eval_judge,
                                          act3d_training_judge, peria_fallback_judge)
 from jaxspatial.perception.judges import make_endpoint, make_judge
 from jaxspatial.perception.policy_judge import PolicyJudge
@@ -32,7 +32,7 @@ __all__ = ["PolicyJudge", "make_endpoint", "make_judge", "DepthBackend", "Detect
            "SAM3Backend", "SAM3_TOOLS", "SegmentationConfig", "points_from_depth",
            "DepthAnything3Reconstructor", "Pi3Reconstructor", "RapidOCRBackend",
            "Reconstruction", "TextLine", "VGGTReconstructor", "fusion", "ocr",
-           "reconstruction_tool", "reconstruct", "load_reconstructor", "ChatEndpoint", "HostTool", "JudgeError", "LLMJudge", "RemoteTool", "TOOL_FACTORIES",
+           "reconstruction_tool", "reconstruct", "load_reconstructor", "ChatEndpoint", "HostTool", "EndpointError", "LLMJudge", "RemoteTool", "TOOL_FACTORIES",
            "TextTool", "ToolError", "ToolServer", "act3d_eval_judge", "act3d_training_judge",
            "build_tools", "encode_text", "TOOLS", "ModelFolderError", "PerceptionTool", "peria_fallback_judge", "remote_tools", "wait_healthy", "VGGT_FRAME_SIZE", "VGGT_PATCH", "VGGT_SPECIAL_TOKENS", "VGGTExtractor",
            "features_in_jit", "resize_frames", "vggt_frames", "vggt_input_size",

@@ -5,7 +5,7 @@ top_p), the key from an environment variable (never a file; no variable set -> n
 Authorization header; by default, "auto", $OPENAI_API_KEY and only to api.openai.com), a batch on a thread pool of `concurrency` requests in flight,
 retries with exponential backoff on 429, 5xx, timeouts and dropped connections (a
 Retry-After header is honoured up to the call's deadline), an optional budget of requests,
-and a `JudgeError` naming the URL, the model, the HTTP status and an excerpt of the body.
+and a `EndpointError` naming the URL, the model, the HTTP status and an excerpt of the body.
 A reply is a `ChatReply`: the `content` text, with the reasoning a server returns apart
 (`reasoning_content`, or `reasoning`) as its `.reasoning`; a reply whose content is null
 but whose reasoning is set is the empty text with that reasoning (a reasoning model that
@@ -101,7 +101,7 @@ MAX_RETRY_AFTER_S = 60.0
 MAX_REPLY_BYTES = 8 << 20
 
 
-class JudgeError(RuntimeError):
+class EndpointError(RuntimeError):
   """A chat request failed for good (after its retries), or the budget is spent."""
 
 
@@ -180,8 +180,8 @@ class ChatEndpoint:
                                                           "max_s": 0.0}})
     return {**row, "sent": sent, "budget": self.max_requests, "usage": usage}
 
-  def _error(self, cause: str) -> JudgeError:
-    return JudgeError(f"{self.role} endpoint {self.url} (model {self.model!r}): {cause}")
+  def _error(self, cause: str) -> EndpointError:
+    return EndpointError(f"{self.role} endpoint {self.url} (model {self.model!r}): {cause}")
 
   def _take_budget(self, cause: str | None = None) -> None:
     with self._lock:
@@ -208,7 +208,7 @@ class ChatEndpoint:
       start = time.perf_counter()  # the deadline runs from the slot, not the queue
       try:
         text, usage = self._attempts(body, start, tried)
-      except JudgeError:
+      except EndpointError:
         self._stats.record("chat", time.perf_counter() - start, False, tried[0])
         raise
     text.seconds = time.perf_counter() - start
@@ -278,16 +278,16 @@ class ChatEndpoint:
       if len(requests) == 1:
         raise error
       cancelled = sum(f.cancelled() for f in futures)
-      raise JudgeError(f"{len(failed)} of {len(requests)} judge requests failed ({cancelled} "
+      raise EndpointError(f"{len(failed)} of {len(requests)} judge requests failed ({cancelled} "
                        f"not sent); the first: {error}") from error
     return [f.result() for f in futures]
 
   def complete_each(self, requests: Sequence[dict],
                     on_done: Callable[[int, Any], None] | None = None) -> list:
     """Replies to `requests` in order, `concurrency` at a time, every one tried: a request
-    that failed for good (after its retries) is its `JudgeError` in place of the reply,
+    that failed for good (after its retries) is its `EndpointError` in place of the reply,
     so one bad request never costs the others (failures are data). `on_done(index,
-    reply or JudgeError)` runs in the worker thread as each request ends (a caller that
+    reply or EndpointError)` runs in the worker thread as each request ends (a caller that
     records each answer at once loses none when killed). The request budget is checked
     for the whole batch first, as `complete_many` does."""
     if not requests:
@@ -297,7 +297,7 @@ class ChatEndpoint:
     def one(index: int, request: dict):
       try:
         result = self.complete(**request)
-      except JudgeError as error:
+      except EndpointError as error:
         result = error
       if on_done is not None:
         on_done(index, result)

@@ -81,3 +81,41 @@ def test_spatialclaw_on_mindcube_tiny(tmp_path):
   assert len(shown) == sum(len(r["images"]) + 1 for r in rows)
   run = json.loads((out / "run.json").read_text())
   assert run["agent"] == "spatialclaw" and run["settings"] == ["no_tools", "tools"]
+
+
+def test_spatialclaw_endpoint_timeouts_are_failed_items(tmp_path):
+  """An endpoint too slow for the request timeout: each SpatialClaw episode is a failed
+  item, its error naming the policy endpoint and its timeout, counted in results.json and
+  results.md (not a 0 that looks like a wrong answer), and the run exits non-zero."""
+  import time  # pylint: disable=import-outside-toplevel
+  rows = [r for r in _rows() if r["id"].startswith("rotation")][:2]
+  build_small(tmp_path, rows, 32, 24)
+
+  def reply_fn(body):
+    time.sleep(2.0)  # over --request_timeout_s
+    return PLAN
+
+  out = tmp_path / "out"
+  with ChatServer() as server:
+    server.reply_fn = reply_fn
+    done = _run("launch.eval", "--benchmark", "mindcube_tiny", "--data_dir",
+                str(tmp_path / "data"), "--endpoint", server.base_url, "--model", "slow",
+                "--agent", "spatialclaw", "--seeds", "1", "--out", str(out), "--tools_only",
+                "--request_timeout_s", "0.5", "--retries", "1", "--config",
+                "configs/spatialclaw.py:cpu")
+    sent = len(server.requests)
+  assert done.returncode != 0
+  assert "tools 2 of 2" in done.stderr.strip().splitlines()[-1]
+  # Per episode: the plan request and then the first step's, each tried twice, given up.
+  assert sent == len(rows) * 4
+  predictions = [json.loads(line) for line in (out / "predictions.jsonl").read_text()
+                 .splitlines()]
+  assert len(predictions) == len(rows)
+  for p in predictions:
+    assert p["error"].startswith("EndpointError: policy endpoint ") and (
+        "no complete response within 0.5 s" in p["error"]), p["error"]
+    assert p["score"] == 0.0 and p["prediction"] == ""
+  results = json.loads((out / "results.json").read_text())
+  assert results["failures"]["tools"] == {"items": 2, "failed": 2,
+                                          "categories": {"rotation": 2}}
+  assert "tools 2 of 2 (Rotation 2)" in (out / "results.md").read_text()

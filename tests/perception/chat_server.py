@@ -11,7 +11,8 @@ cannot read gets "UNREADABLE PROMPT". Failure modes, settable between requests:
 HTTP status, 429 with Retry-After: 0), `malformed` (200 with broken JSON), `reply_body`
 (200 with these exact bytes), `die` (close the socket without replying), `reply_fn` (a
 function of the request body returning the reply text, instead of the judge rule: scripted
-agents), `status_fn` (a function of the request body returning an HTTP status for it, None
+agents), `body_fn` (a function of the request body returning the whole 200 reply body:
+replies in other shapes, e.g. content null with reasoning_content), `status_fn` (a function of the request body returning an HTTP status for it, None
 for 200: a request that fails for good). Every request is
 recorded (`requests`: body, headers, parsed case, start and end times).
 """
@@ -73,6 +74,7 @@ class ChatServer:
     self.reply_body: bytes | None = None
     self.die = False
     self.reply_fn = None
+    self.body_fn = None
     self.status_fn = None
     self.requests: list[dict] = []
     self._lock = threading.Lock()
@@ -170,6 +172,9 @@ class ChatServer:
             if isinstance(m, dict) and m.get("role") == "user"]
     case = read_case(user[-1]) if user and isinstance(user[-1], str) else None
     record["case"] = case
+    if self.body_fn is not None:
+      self._send(handler, 200, self.body_fn(body))
+      return
     if self.reply_fn is not None:
       reply = self.reply_fn(body)
     elif case is None:

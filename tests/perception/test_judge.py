@@ -7,7 +7,7 @@ import time
 import numpy as np
 import pytest
 
-from jaxspatial.perception.judge import (PROMPTS, ChatEndpoint, JudgeError, LLMJudge,
+from jaxspatial.perception.judge import (PROMPTS, ChatEndpoint, EndpointError, LLMJudge,
                                          act3d_eval_judge, act3d_training_judge,
                                          judge_verdict, key_variable, peria_fallback_judge)
 from tests.perception.chat_server import ChatServer
@@ -158,20 +158,20 @@ def test_429_and_5xx_are_retried_then_succeed(server):
 def test_a_judge_error_names_url_model_status_and_body_after_the_retries(server):
   server.statuses = [503] * 5
   endpoint = _endpoint(server, retries=2)
-  with pytest.raises(JudgeError, match=rf"chat endpoint {server.base_url}/chat/completions "
+  with pytest.raises(EndpointError, match=rf"chat endpoint {server.base_url}/chat/completions "
                      r"\(model 'judge-model'\): HTTP 503: body .*injected status 503.* "
                      r"\(3 attempt\(s\)\)"):
     act3d_training_judge(endpoint).judge_texts(["q?"], ["red"], [["red"]])
   assert len(server.requests) == 3 and endpoint.stats()["failures"] == 1
   # A 4xx is the request's fault: not retried.
   server.statuses = [400]
-  with pytest.raises(JudgeError, match=r"HTTP 400: .* \(1 attempt\(s\)\)"):
+  with pytest.raises(EndpointError, match=r"HTTP 400: .* \(1 attempt\(s\)\)"):
     endpoint.complete([{"role": "user", "content": "hi"}])
   assert len(server.requests) == 4
   # In a batch, the first failure stops what has not started and names itself.
   server.statuses = [400]
   one_at_a_time = _endpoint(server, concurrency=1)
-  with pytest.raises(JudgeError, match=r"1 of 3 judge requests failed \([0-2] not sent\); the "
+  with pytest.raises(EndpointError, match=r"1 of 3 judge requests failed \([0-2] not sent\); the "
                      r"first: chat endpoint .*HTTP 400"):
     act3d_eval_judge(one_at_a_time).judge_texts(["a?", "b?", "c?"], ["x", "y", "z"],
                                                 [["x"], ["y"], ["z"]])
@@ -181,7 +181,7 @@ def test_hostile_replies_fail_with_named_errors(server):
   endpoint = _endpoint(server, retries=2, timeout_s=0.3)
   ask = lambda: endpoint.complete([{"role": "user", "content": "hi"}])  # noqa: E731
   server.malformed = True
-  with pytest.raises(JudgeError, match=r"\(model 'judge-model'\): malformed JSON in the reply "
+  with pytest.raises(EndpointError, match=r"\(model 'judge-model'\): malformed JSON in the reply "
                      r".*body '\{\"choices\": \[\{\"message\": \{\"content\": \"CORR' "
                      r"\(1 attempt\(s\)\)"):
     ask()
@@ -193,18 +193,18 @@ def test_hostile_replies_fail_with_named_errors(server):
                         (b'{"error": {"message": "overloaded"}}', r"the reply is an error: "
                          r".*overloaded")]:
     server.reply_body = body
-    with pytest.raises(JudgeError, match=message):
+    with pytest.raises(EndpointError, match=message):
       ask()
   server.reply_body = None
   assert len(server.requests) == 5  # malformed 200s are not retried
   server.die = True
-  with pytest.raises(JudgeError, match=r"the server closed the connection mid-request .*"
+  with pytest.raises(EndpointError, match=r"the server closed the connection mid-request .*"
                      r"\(3 attempt\(s\)\)"):
     ask()
   server.die = False
   server.delay_s = 1.0
   start = time.monotonic()
-  with pytest.raises(JudgeError, match=r"no complete response within 0\.3 s \(3 attempt\(s\)\)"):
+  with pytest.raises(EndpointError, match=r"no complete response within 0\.3 s \(3 attempt\(s\)\)"):
     ask()
   assert time.monotonic() - start < 2.5  # three 0.3 s attempts, not three 1 s replies
   # A reply with neither word is a False verdict, counted as unreadable.
@@ -220,13 +220,13 @@ def test_the_request_budget(server):
   judge = act3d_eval_judge(endpoint)
   assert judge.judge_texts(["a?", "b?"], ["x", "y"], [["x"], ["z"]]) == [True, False]
   # A batch larger than what is left is refused before anything is sent.
-  with pytest.raises(JudgeError, match=r"a batch of 2 requests is over what is left of the "
+  with pytest.raises(EndpointError, match=r"a batch of 2 requests is over what is left of the "
                      r"request budget \(1 of 3\); nothing was sent"):
     judge.judge_texts(["a?", "b?"], ["x", "y"], [["x"], ["y"]])
   assert len(server.requests) == 2
   # Retries count against it too: the second attempt would be the fourth request.
   server.statuses = [500, 500]
-  with pytest.raises(JudgeError, match=r"request budget of 3 requests spent \(the last "
+  with pytest.raises(EndpointError, match=r"request budget of 3 requests spent \(the last "
                      r"attempt: HTTP 500: .*injected status 500"):
     judge.judge_texts(["a?"], ["x"], [["x"]])
   assert len(server.requests) == 3 and endpoint.stats()["sent"] == 3
@@ -252,7 +252,7 @@ def test_the_api_key_comes_from_the_environment(server, monkeypatch):
   act3d_eval_judge(endpoint).judge_texts(["q?"], ["a"], [["a"]])
   assert server.requests[-1]["headers"]["Authorization"] == "Bearer sk-test-123"
   server.statuses = [401]
-  with pytest.raises(JudgeError) as error:
+  with pytest.raises(EndpointError) as error:
     endpoint.complete([{"role": "user", "content": "hi"}])
   assert "sk-test" not in str(error.value)
   monkeypatch.delenv(KEY_ENV)

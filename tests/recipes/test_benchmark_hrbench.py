@@ -3,6 +3,7 @@ right, its reply read as yes / no (`hrbench/vlmeval/dataset/utils/hrbench.py` pa
 re-stated below), through `run_benchmark` with a scripted policy and a scripted judge on
 loopback."""
 
+import json
 import re
 
 import numpy as np
@@ -74,3 +75,44 @@ def test_hrbench_answers_scored_by_the_judge(tmp_path):
   assert 0 < expected < 1, replies
   stats = scorer.stats()
   assert stats["correct"] == sum(hr_parse_score(r) for r in replies)
+
+
+def test_a_failed_judge_request_fails_its_item(tmp_path):
+  """The judge endpoint refuses some cases for good: those items are failed (their error
+  names the judge endpoint), counted per category; the other answers are judged and the
+  run finishes; a rerun with the same --out sends nothing again."""
+  rows = hr_rows(picture(21, 40, 64), picture(22, 30, 30))
+  (tmp_path / "source").mkdir()
+  write_tsv(tmp_path / "source" / "hr_bench_4k.tsv", rows)
+  build_benchmark("hrbench", tmp_path / "source", tmp_path / "data", width=32, height=24)
+  refused = lambda body: 400 if "blue" in body["messages"][-1]["content"] else None  # pylint: disable=unnecessary-lambda-assignment
+
+  def run(agent_server, judge_server):
+    backend = EndpointBackend(ChatEndpoint(agent_server.base_url, "scripted",
+                                           api_key_env=None))
+    scorer = make_judge({"url": judge_server.base_url, "model": "judge", "api_key_env": None,
+                         "retries": 0}, "hrbench")
+    return benchmark_run.run_benchmark("hrbench", tmp_path / "data", tmp_path / "out",
+                                       backend, seeds=(0,), split="test_4k", judge=scorer,
+                                       progress=False)
+
+  with ChatServer() as agent_server, ChatServer() as judge_server:
+    agent_server.reply_fn = lambda body: "B"
+    judge_server.reply_fn = lambda body: "yes"
+    judge_server.status_fn = refused
+    document = run(agent_server, judge_server)
+    cases = [r["body"]["messages"][-1]["content"] for r in judge_server.requests]
+    asked = (len(agent_server.requests), len(judge_server.requests))
+    run(agent_server, judge_server)
+    again = (len(agent_server.requests), len(judge_server.requests))
+  assert asked == again == (len(rows), len(rows))
+  failed = sum("blue" in c for c in cases)
+  assert 0 < failed < len(rows)
+  kept = [json.loads(line) for line in
+          (tmp_path / "out" / "predictions.jsonl").read_text().splitlines()]
+  errors = [k["error"] for k in kept if k["error"]]
+  assert len(errors) == failed
+  assert all(e.startswith("judge endpoint ") and "HTTP 400" in e for e in errors)
+  assert all(k["score"] == (0.0 if k["error"] else 1.0) for k in kept)
+  assert document["failures"]["no_tools"]["failed"] == failed
+  assert document["overall"]["n"] == len(rows)

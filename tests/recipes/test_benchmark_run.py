@@ -435,3 +435,77 @@ def test_think3d_needs_clouds_or_reconstruction(built, tmp_path):
   with pytest.raises(ValueError, match="without point clouds.*--caches.*reconstruction"):
     benchmark_run.run_benchmark("mindcube_tiny", data, tmp_path / "out", backend,
                                 agent=Think3DAgent(), settings=("tools",), limit=2)
+
+
+def test_limit_and_ids_are_the_files_questions(built, tmp_path):
+  """--limit 20: exactly the question file's first 20 ids (the build groups them by image
+  set, in another order); --ids: those named, in the file's order of the ids file; each
+  recorded in that order."""
+  from jaxspatial.perception.judge import ChatEndpoint  # pylint: disable=import-outside-toplevel
+  from recipes.benchmark_backends import EndpointBackend  # pylint: disable=import-outside-toplevel
+  data, rows, _ = built
+  asked = [r["id"] for r in rows[:20]]
+  named = [rows[700]["id"], rows[3]["id"], rows[1049]["id"]]
+  (tmp_path / "ids.txt").write_text("# three\n" + "\n".join(named) + "\n")
+  with ChatServer() as server:
+    server.reply_fn = lambda body: "A"
+    backend = EndpointBackend(ChatEndpoint(server.base_url, "m", api_key_env=None))
+    benchmark_run.run_benchmark("mindcube_tiny", data, tmp_path / "first", backend,
+                                seeds=(0,), limit=20, progress=False)
+    sent = len(server.requests)
+    done = _run("launch.eval", "--benchmark", "mindcube_tiny", "--data_dir", str(data),
+                "--endpoint", server.base_url, "--model", "m", "--seeds", "1", "--ids",
+                str(tmp_path / "ids.txt"), "--out", str(tmp_path / "named"))
+  assert done.returncode == 0, done.stderr[-3000:]
+  assert sent == 20
+  first = [json.loads(line)["question_id"]
+           for line in (tmp_path / "first" / "predictions.jsonl").read_text().splitlines()]
+  assert first == asked
+  # The file's first 20 are not the build's first 20 records' questions.
+  assert asked != [q.question_id for q in benchmark_run.stored_questions(
+      benchmark_run.load_benchmark("mindcube_tiny", data, images=False), "mindcube_tiny")][:20]
+  kept = [json.loads(line)["question_id"]
+          for line in (tmp_path / "named" / "predictions.jsonl").read_text().splitlines()]
+  assert kept == named
+  (tmp_path / "bad.txt").write_text("no_such_question\n")
+  done = _run("launch.eval", "--benchmark", "mindcube_tiny", "--data_dir", str(data),
+              "--endpoint", "http://127.0.0.1:9/v1", "--model", "m", "--ids",
+              str(tmp_path / "bad.txt"), "--out", str(tmp_path / "bad"))
+  assert done.returncode != 0 and "no_such_question" in done.stderr
+
+
+def test_reasoning_replies_are_read_for_their_answer(built, tmp_path):
+  """A reasoning model's replies: the answer after a <think> block is scored, not the
+  reasoning; a reply cut at its token budget (content null, the text in
+  reasoning_content) is an answer without a letter, scored wrong, not a failed run."""
+  from jaxspatial.perception.judge import ChatEndpoint  # pylint: disable=import-outside-toplevel
+  from recipes.benchmark_backends import EndpointBackend  # pylint: disable=import-outside-toplevel
+  data, rows, _ = built
+  first = {r["question"]: r for r in rows[:4]}
+
+  def reply_body(body):
+    text = _user_text(body)
+    row = next(r for q, r in first.items() if q in text)
+    k = rows.index(row)
+    if k % 2:  # cut at the budget: no content, the reasoning apart
+      message = {"role": "assistant", "content": None,
+                 "reasoning_content": f"Looking at image 2 the answer must be {row['gt_answer']}"}
+    else:
+      wrong = "B" if row["gt_answer"] == "A" else "A"
+      message = {"role": "assistant",
+                 "content": f"<think>Maybe {wrong}? No.</think>\n{row['gt_answer']}"}
+    return json.dumps({"choices": [{"index": 0, "message": message,
+                                    "finish_reason": "length" if k % 2 else "stop"}]}).encode()
+
+  with ChatServer() as server:
+    server.body_fn = reply_body
+    backend = EndpointBackend(ChatEndpoint(server.base_url, "m", api_key_env=None))
+    document = benchmark_run.run_benchmark("mindcube_tiny", data, tmp_path / "out", backend,
+                                           seeds=(0,), limit=4, progress=False)
+  kept = [json.loads(line) for line in (tmp_path / "out" / "predictions.jsonl").read_text()
+          .splitlines()]
+  assert [(r["prediction"], r["score"], r["error"]) for r in kept] == [
+      (rows[0]["gt_answer"], 1.0, None), ("", 0.0, None), (rows[2]["gt_answer"], 1.0, None),
+      ("", 0.0, None)]
+  assert document["failures"]["no_tools"]["failed"] == 0
+  assert "Looking at image 2" in (tmp_path / "out" / "episodes.html").read_text()

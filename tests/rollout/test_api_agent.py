@@ -18,7 +18,7 @@ from PIL import Image
 
 from data_pipelines.synthetic import episodes
 from jaxspatial.envs import act3d, peria, think3d
-from jaxspatial.perception.judge import ChatEndpoint, JudgeError
+from jaxspatial.perception.judge import ChatEndpoint, EndpointError
 from jaxspatial.rollout import agents, api_agent, host_parse, peria_agent, prompts
 from jaxspatial.rollout.observation import format_number_host
 from tests.perception.chat_server import ChatServer
@@ -283,7 +283,7 @@ def test_a_spent_budget_raises_or_ends_the_episodes():
   with ChatServer() as server:
     _scripted(server, [[_move("up"), "<think>x</think><answer>a</answer>"]] * 3)
     endpoint = ChatEndpoint(server.base_url, "m", retries=0, timeout_s=10, max_requests=4)
-    with pytest.raises(JudgeError, match="request budget"):  # turn 2's batch of 3 > 1 left
+    with pytest.raises(EndpointError, match="request budget"):  # turn 2's batch of 3 > 1 left
       api_agent.api_rollout(endpoint, agent, tasks, KEY)
     endpoint = ChatEndpoint(server.base_url, "m", retries=0, timeout_s=10, max_requests=4)
     records = api_agent.api_rollout(endpoint, agent, tasks, KEY, on_error="end")
