@@ -29,7 +29,7 @@ import numpy as np
 
 from jaxspatial.envs import decode_text
 from jaxspatial.perception.judge import ChatEndpoint, strip_reasoning
-from jaxspatial.rollout.api_agent import api_rollout, png_data_url
+from jaxspatial.rollout.api_agent import api_rollout, png_bytes, png_data_url
 from recipes.benchmark_run import Episode, question_views
 
 
@@ -86,16 +86,18 @@ class EndpointBackend:
     episode)` as each reply (or failure) arrives."""
     rows = len(prompts)
     views = [question_views(tasks, r) for r in range(rows)]
+    # Each view encoded once: the request's data URL and the page's file.
+    pngs = [[png_bytes(view) for view in views[r]] for r in range(rows)]
     questions = [decode_text(np.asarray(tasks.question_ids)[r]) for r in range(rows)]
-    requests = [{"messages": _messages(prompts[r], views[r], questions[r]),
+    requests = [{"messages": _messages(prompts[r], pngs[r], questions[r]),
                  "temperature": self.temperature, "max_tokens": self.answer_tokens}
                 for r in range(rows)]
 
     def episode(row: int, reply) -> Episode:
       # A request that failed for good is that question's failure, not the batch's.
       if isinstance(reply, Exception):
-        return Episode("", "", views[row], [], requests=1, error=str(reply))
-      return Episode("", strip_reasoning(reply).strip(), views[row], _turns(reply),
+        return Episode("", "", pngs[row], [], requests=1, error=str(reply))
+      return Episode("", strip_reasoning(reply).strip(), pngs[row], _turns(reply),
                      requests=1, tokens=reply.usage.get("total_tokens"),
                      seconds=reply.seconds)
 

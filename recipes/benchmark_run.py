@@ -47,7 +47,7 @@ import jax
 import numpy as np
 import tqdm
 
-from data_pipelines.builders import load_benchmark, task_limits
+from data_pipelines.builders import load_benchmark, question_index, task_limits
 from data_pipelines.loader import MAX_VIEWS, scene_questions, scene_tasks
 from data_pipelines.protocols import Protocol, protocol as named_protocol
 from data_pipelines.readers.common import BenchmarkQuestion
@@ -56,6 +56,7 @@ from jaxspatial.eval.prediction_log import PredictionLog
 from jaxspatial.eval.report import write_text_atomically
 from jaxspatial.perception.judge import EndpointError
 from jaxspatial.geometry import bucket_size
+from jaxspatial.rollout.api_agent import png_bytes
 from jaxspatial.rollout.episode import ANSWER_BYTES
 from recipes.benchmark_eval import evaluate_predictions
 
@@ -84,23 +85,38 @@ def _text(value) -> str:
   return value.decode("utf-8") if isinstance(value, bytes) else str(value)
 
 
-def stored_questions(source, benchmark: str,
-                     indices: Sequence[int] | None = None) -> list[BenchmarkQuestion]:
-  """The prepared split's questions as BenchmarkQuestions (record order; `indices`: those
-  records only), for the protocol's columns and metrics. `meta`: record (its index) and
-  order (its place in the question file; None for a benchmark prepared without it)."""
+def _question(benchmark: str, q: dict, record: int, scene_id: str) -> BenchmarkQuestion:
+  order = q.get("order")
+  return BenchmarkQuestion(
+      benchmark=benchmark, question_id=q["question_id"], question=q["question"],
+      answer=q["answer"], answers=tuple(q.get("answers") or (q["answer_text"],)),
+      options=tuple(q["options"]), category=q["category"], scene_id=scene_id,
+      meta={"record": record, "order": order if isinstance(order, int) else None})
+
+
+def stored_questions(source, benchmark: str) -> list[BenchmarkQuestion]:
+  """The prepared split's questions as BenchmarkQuestions (record order), for the
+  protocol's columns and metrics. `meta`: record (its index) and order (its place in the
+  question file; None for a benchmark prepared without it)."""
+  limits = task_limits(DATASETS.get(benchmark, benchmark))
   out = []
-  for index in range(len(source)) if indices is None else indices:
+  for index in range(len(source)):
     example = source[index]
-    for q in scene_questions(example, index, task_limits(DATASETS.get(benchmark, benchmark))):
-      order = q.get("order")
-      out.append(BenchmarkQuestion(
-          benchmark=benchmark, question_id=q["question_id"], question=q["question"],
-          answer=q["answer"], answers=tuple(q.get("answers") or (q["answer_text"],)),
-          options=tuple(q["options"]), category=q["category"],
-          scene_id=_text(example["scene_id"]),
-          meta={"record": index, "order": order if isinstance(order, int) else None}))
+    out += [_question(benchmark, q, index, _text(example["scene_id"]))
+            for q in scene_questions(example, index, limits)]
   return out
+
+
+def benchmark_questions(benchmark: str, data_dir, split: str) -> list[BenchmarkQuestion]:
+  """The split's questions: from the build's question index (no record read), else from
+  the records with their views left encoded (a benchmark prepared before the index)."""
+  dataset = DATASETS.get(benchmark, benchmark)
+  light = load_benchmark(dataset, data_dir, split, images=False)
+  index = question_index(dataset, data_dir, split)
+  if index is None or len(index) != len(light):
+    return stored_questions(light, benchmark)
+  return [_question(benchmark, q, entry["record"], entry["scene_id"])
+          for entry in index for q in entry["questions"]]
 
 
 def file_order(questions: list[BenchmarkQuestion]) -> list[BenchmarkQuestion] | None:
@@ -148,8 +164,10 @@ def choose_questions(questions: list[BenchmarkQuestion], benchmark: str, split: 
   return chosen[:limit] if limit is not None else chosen
 
 
-def _max_points(source, indices: Sequence[int]) -> int:
-  return bucket_size(max(len(source[i]["xyz"]) for i in indices))
+def _max_points(benchmark: str, data_dir, split: str, indices: Sequence[int]) -> int:
+  """The clouds' padded size over the records `indices` (their views left encoded)."""
+  light = load_benchmark(DATASETS.get(benchmark, benchmark), data_dir, split, images=False)
+  return bucket_size(max(len(light[i]["xyz"]) for i in indices))
 
 
 def task_stream(source, benchmark: str, questions: Sequence[BenchmarkQuestion], batch: int,
@@ -169,13 +187,19 @@ def task_stream(source, benchmark: str, questions: Sequence[BenchmarkQuestion], 
     return tasks, [_text(meta["question_id"]) for _, meta in pending], real
 
   for index in sorted(wanted):
+    found = set()
     for task, meta in scene_tasks(source[index], points=points, input_images=True,
                                   limits=limits):
       if _text(meta["question_id"]) in wanted[index]:
+        found.add(_text(meta["question_id"]))
         pending.append((task, meta))
         if len(pending) == batch:
           yield flush()
           pending = []
+    if found != wanted[index]:
+      raise ValueError(f"{benchmark}: record {index} does not hold the questions "
+                       f"{sorted(wanted[index] - found)[:3]} its question index says it does: "
+                       "the index is stale; prepare the benchmark again (launch.build_benchmark)")
   if pending:
     yield flush()
 
@@ -194,7 +218,7 @@ class Episode:
   it failed for good (None if it did not)."""
   question_id: str
   prediction: str
-  views: np.ndarray
+  views: Sequence  # the images the model saw, [H, W, 3] arrays or their PNG bytes
   turns: list[str]
   requests: int = 0
   error: str | None = None
@@ -235,13 +259,14 @@ def episodes_html(questions: dict[str, BenchmarkQuestion], rows: Sequence[dict],
 
 
 def save_views(views, folder: pathlib.Path, stem: str) -> list[str]:
-  """The views as PNG files folder/views/<stem>_<k>.png; their names."""
-  from PIL import Image  # pylint: disable=import-outside-toplevel
+  """The views (images [H, W, 3] or their PNG bytes) as PNG files
+  folder/views/<stem>_<k>.png; their names."""
   (folder / "views").mkdir(parents=True, exist_ok=True)
   names = []
   for k, view in enumerate(views):
     names.append(f"{stem}_{k}.png")
-    Image.fromarray(np.asarray(view, np.uint8)).save(folder / "views" / names[-1])
+    (folder / "views" / names[-1]).write_bytes(view if isinstance(view, bytes)
+                                               else png_bytes(view))
   return names
 
 
@@ -368,8 +393,7 @@ def run_benchmark(benchmark: str, data_dir, out_dir, backend, *, agent=None,
   verdict; a judge request that fails for good fails its item (named, counted)."""
   spec = named_protocol(benchmark, **(rules or {}))
   dataset = DATASETS.get(benchmark, benchmark)
-  catalogue = spec.select(stored_questions(load_benchmark(dataset, data_dir, split, images=False),
-                                           benchmark))
+  catalogue = spec.select(benchmark_questions(benchmark, data_dir, split))
   questions = choose_questions(catalogue, benchmark, split, limit, ids)
   if not questions:
     raise ValueError(f"{benchmark}: no question to evaluate in split {split!r}")
@@ -383,7 +407,7 @@ def run_benchmark(benchmark: str, data_dir, out_dir, backend, *, agent=None,
   if len(by_id) != len(questions):
     raise ValueError(f"{benchmark}: question ids repeat in split {split!r}")
   source = load_benchmark(dataset, data_dir, split)
-  points = _max_points(source, sorted({q.meta["record"] for q in questions}))
+  points = _max_points(benchmark, data_dir, split, sorted({q.meta["record"] for q in questions}))
   out = pathlib.Path(out_dir)
   key = resume_key(benchmark, split, backend, agent, spec, judge)
   log = PredictionLog.open(out / "predictions.jsonl", out / "run.json", key)
@@ -396,6 +420,11 @@ def run_benchmark(benchmark: str, data_dir, out_dir, backend, *, agent=None,
                                                      indent=2) + "\n")
   start = time.perf_counter()
   resumed = len(log.rows())
+  if progress:
+    print(f"{benchmark} ({split}): {len(questions)} of {len(catalogue)} questions x "
+          f"{len(seeds)} seeds x {', '.join(settings)}; {name}"
+          + (f"; resuming: {resumed} items recorded in {out}/predictions.jsonl"
+             if resumed else ""), file=sys.stderr, flush=True)
   try:
     for setting in settings:
       if setting == "tools":

@@ -2,8 +2,10 @@
 
 from data_pipelines.builders.spatial_benchmark import (BENCHMARK_LIMITS, NAMES as BENCHMARKS,
                                                        SpatialBenchmark, build_benchmark,
-                                                       load_benchmark, task_limits)
+                                                       load_benchmark, question_index,
+                                                       task_limits)
 from data_pipelines.builders.synthetic_spatial import SyntheticSpatial, SyntheticSpatialConfig
 
 __all__ = ["BENCHMARKS", "BENCHMARK_LIMITS", "SpatialBenchmark", "SyntheticSpatial",
-           "SyntheticSpatialConfig", "build_benchmark", "load_benchmark", "task_limits"]
+           "SyntheticSpatialConfig", "build_benchmark", "load_benchmark", "question_index",
+           "task_limits"]

@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import dataclasses
 import glob
+import json
+import os
 import pathlib
 from typing import Iterator
 
@@ -223,7 +225,49 @@ def build_benchmark(name: str, source, data_dir, *, questions=None,
   builder = SpatialBenchmark(data_dir=str(data_dir), config=name, source=source,
                              options=options, questions=questions)
   builder.download_and_prepare()
+  write_question_index(builder)
   return builder
+
+
+# Beside the prepared files: every split's questions with their record and scene, so an
+# evaluation of a few questions finds their records without reading the others.
+QUESTION_INDEX = "questions_index.json"
+
+
+def write_question_index(builder: SpatialBenchmark) -> pathlib.Path:
+  """Writes QUESTION_INDEX into the prepared folder: {split: [{"record", "scene_id",
+  "questions": [the record's question objects]}]} (written atomically)."""
+  # pylint: disable-next=import-outside-toplevel
+  from data_pipelines.loader import scene_questions
+  index = {}
+  for split, source in builder.as_data_source(decoders={"images": _Encoded()}).items():
+    index[str(split)] = [
+        {"record": k, "scene_id": _text(source[k]["scene_id"]),
+         "questions": scene_questions(source[k], k, BENCHMARK_LIMITS)}
+        for k in range(len(source))]
+  path = pathlib.Path(str(builder.data_path)) / QUESTION_INDEX
+  temporary = path.with_name(f".{QUESTION_INDEX}.tmp")
+  temporary.write_text(json.dumps(index))
+  os.chmod(temporary, 0o644)
+  os.replace(temporary, path)
+  return path
+
+
+def question_index(name: str, data_dir, split: str = "test") -> list[dict] | None:
+  """The prepared split's QUESTION_INDEX entries, None when the build wrote none (prepared
+  before it existed) or the file does not parse."""
+  builder = SpatialBenchmark(data_dir=str(data_dir), config=name)
+  path = pathlib.Path(str(builder.data_path)) / QUESTION_INDEX
+  try:
+    return json.loads(path.read_text())[split]
+  except (OSError, ValueError, KeyError, TypeError):
+    return None
+
+
+def _text(value) -> str:
+  if isinstance(value, np.ndarray) and value.ndim == 0:
+    value = value[()]
+  return value.decode("utf-8") if isinstance(value, bytes) else str(value)
 
 
 class _Encoded(tfds.decode.SkipDecoding):

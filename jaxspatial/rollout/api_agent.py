@@ -148,12 +148,18 @@ def observation_text(template: str, numbers, text: str = "") -> str:
   return "".join(out)
 
 
-def png_data_url(image) -> str:
-  """An image [H, W, 3] uint8 as a PNG data URL."""
+def png_bytes(image) -> bytes:
+  """An image [H, W, 3] uint8 as PNG file bytes."""
   from PIL import Image  # pylint: disable=import-outside-toplevel
   buffer = io.BytesIO()
   Image.fromarray(np.asarray(image, np.uint8)).save(buffer, format="PNG")
-  return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+  return buffer.getvalue()
+
+
+def png_data_url(image) -> str:
+  """An image [H, W, 3] uint8 (or its PNG bytes) as a PNG data URL."""
+  data = image if isinstance(image, bytes) else png_bytes(image)
+  return "data:image/png;base64," + base64.b64encode(data).decode("ascii")
 
 
 def openai_messages(messages: Sequence[dict], views, urls: dict | None = None) -> list[dict]:
