@@ -7,12 +7,15 @@ Buckets: the batch to the next of `batch_buckets` (padding rows repeat the first
 the prompt length and the new-token budget to powers of two (at least `min_length` and
 `min_new_tokens`). One program per (batch, length, budget, sampling setting, image grids).
 Images are preprocessed per image (`model.vision_inputs`, jitted per image size) and their
-pixel values concatenated in order over the batch, as the sampler takes them.
+pixel values concatenated in order over the batch, as the sampler takes them. Programs take
+the model's split state as an argument (`Engine.split`): a failed run leaves the model
+intact and the engine serves on.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
 
 import jax
@@ -47,8 +50,12 @@ class Reply:
   prompt_tokens: int
 
 
-@nnx.jit(static_argnames=("config", "grids"))
-def _generate(model, ids, mask, key, pixels, sequence_grids, config, grids):
+# Programs are `jax.jit` over the model's split state (graphdef static, the state an
+# argument): nothing is written back, so a run that fails (an allocation, a bad input)
+# leaves the model intact, and a call costs no state traversal (nnx.jit's milliseconds).
+@functools.partial(jax.jit, static_argnames=("graphdef", "config", "grids"))
+def _generate(graphdef, state, ids, mask, key, pixels, sequence_grids, config, grids):
+  model = nnx.merge(graphdef, state)
   return generate(model, ids, mask, key, config, pixels, grids, sequence_grids)
 
 
@@ -69,7 +76,15 @@ class Engine:
     self.vocab = len(tokenizer)
     self.programs: set = set()
     self._lock = threading.Lock()
+    self._split = None
     self._pixels = jax.jit(lambda image: model.vision_inputs(image[None, None])[0])
+
+  @property
+  def split(self) -> tuple:
+    """(graphdef, state) of the model, split once: the programs' static and argument."""
+    if self._split is None:
+      self._split = nnx.split(self.model)
+    return self._split
 
   @property
   def max_batch(self) -> int:
@@ -111,7 +126,8 @@ class Engine:
                             cache_dtype=self.cache_dtype)
     with self._lock:
       self.programs.add((batch, length, budget, sampling, grids))
-    out = _generate(self.model, jnp.asarray(ids), jnp.asarray(mask), key, pixels,
+    graphdef, state = self.split
+    out = _generate(graphdef, state, jnp.asarray(ids), jnp.asarray(mask), key, pixels,
                     sequence_grids, config, grids)
     return np.asarray(out.tokens)[:len(prompts)], batch
 

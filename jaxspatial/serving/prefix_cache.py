@@ -23,6 +23,7 @@ prefilled whole.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import threading
 
@@ -36,22 +37,24 @@ from jaxspatial.serving.engine import Engine, Sampling, next_power
 from jaxspatial.serving.prompt import Prompt
 
 
-@nnx.jit(static_argnames=("capacity", "dtype", "grids"))
-def _prefill(model, ids, mask, real, pixels, sequence_grids, capacity, dtype, grids):
-  return prefill(model, ids, mask, capacity, jnp.dtype(dtype), pixels, grids, sequence_grids,
-                 real_length=real)
+# Over the engine's split state, as the engine's own program (nothing written back).
+@functools.partial(jax.jit, static_argnames=("graphdef", "capacity", "dtype", "grids"))
+def _prefill(graphdef, params, ids, mask, real, pixels, sequence_grids, capacity, dtype,
+             grids):
+  return prefill(nnx.merge(graphdef, params), ids, mask, capacity, jnp.dtype(dtype), pixels,
+                 grids, sequence_grids, real_length=real)
 
 
-@nnx.jit(static_argnames=("grids",))
-def _append(model, state, ids, mask, real, pixels, sequence_grids, grids):
-  state, logits = append(model, state, ids, mask, pixels, grids, sequence_grids,
-                         real_length=real)
+@functools.partial(jax.jit, static_argnames=("graphdef", "grids"))
+def _append(graphdef, params, state, ids, mask, real, pixels, sequence_grids, grids):
+  state, logits = append(nnx.merge(graphdef, params), state, ids, mask, pixels, grids,
+                         sequence_grids, real_length=real)
   return state, jax.lax.dynamic_index_in_dim(logits, real - 1, 1, keepdims=False)
 
 
-@nnx.jit(static_argnames=("config",))
-def _decode(model, state, logits, key, config):
-  return decode(model, state, logits, key, config).tokens
+@functools.partial(jax.jit, static_argnames=("graphdef", "config"))
+def _decode(graphdef, params, state, logits, key, config):
+  return decode(nnx.merge(graphdef, params), state, logits, key, config).tokens
 
 
 def image_digest(image: np.ndarray) -> bytes:
@@ -115,7 +118,7 @@ class PrefixCache:
                               top_k=sampling.top_k, top_p=sampling.top_p,
                               stop_tokens=self.engine.stop_ids, pad_token=self.engine.pad_id,
                               cache_dtype=self.engine.cache_dtype)
-      tokens = _decode(self.engine.model, entry.state, entry.logits, key, config)
+      tokens = _decode(*self.engine.split, entry.state, entry.logits, key, config)
     return np.asarray(tokens)[0]
 
   def _match(self, ids, digests, budget) -> _Entry | None:
@@ -141,7 +144,7 @@ class PrefixCache:
     capacity = next_power(int(self.growth * (length + budget)), self.min_capacity)
     padded, mask, real = _right_padded(ids, length, self.engine.pad_id)
     pixels, sequence_grids, grids = self._vision(prompt.images)
-    state, logits = _prefill(self.engine.model, padded, mask, real, pixels, sequence_grids,
+    state, logits = _prefill(*self.engine.split, padded, mask, real, pixels, sequence_grids,
                              capacity, self.engine.cache_dtype, grids)
     self._counts["prefilled_tokens"] += len(ids)
     return _Entry(ids, digests, state, logits, len(ids), capacity, 0)
@@ -151,7 +154,7 @@ class PrefixCache:
     length = next_power(len(ids) - n, self.min_segment)
     padded, mask, real = _right_padded(ids[n:], length, self.engine.pad_id)
     pixels, sequence_grids, grids = self._vision(prompt.images[k:])
-    state, logits = _append(self.engine.model, entry.state, padded, mask, real, pixels,
+    state, logits = _append(*self.engine.split, entry.state, padded, mask, real, pixels,
                             sequence_grids, grids)
     self._counts["hits"] += 1
     self._counts["prefilled_tokens"] += len(ids) - n
