@@ -95,6 +95,58 @@ def sample_token(logits_BxV: Array, key: Array, temperature: float, top_k: int =
 
 
 @struct.dataclass
+class RowSampling:
+  """Per-row sampling settings as data (a serving batch mixes requests; no program per
+  setting): temperature [B] (0: greedy), top_k [B] int32 (0: off), top_p [B] (1: off)."""
+  temperature: Array
+  top_k: Array
+  top_p: Array
+
+  @classmethod
+  def create(cls, temperature, top_k, top_p) -> "RowSampling":
+    return cls(jnp.asarray(temperature, jnp.float32), jnp.asarray(top_k, jnp.int32),
+               jnp.asarray(top_p, jnp.float32))
+
+
+def _top_k_rows(logits_BxV: Array, top_k_B: Array) -> Array:
+  """`filter_logits`'s top-k with a k per row (0: all kept); its kth value, so ties stay."""
+  vocab = logits_BxV.shape[-1]
+  descending = -jnp.sort(-logits_BxV, axis=-1)
+  k = jnp.where(top_k_B > 0, jnp.minimum(top_k_B, vocab), vocab)
+  kth = jnp.take_along_axis(descending, (k - 1)[:, None], axis=-1)
+  return jnp.where(logits_BxV < kth, -jnp.inf, logits_BxV)
+
+
+def _top_p_rows(logits_BxV: Array, top_p_B: Array) -> Array:
+  """`filter_logits`'s nucleus with a p per row (p >= 1: all kept)."""
+  order = jnp.argsort(-logits_BxV, axis=-1)
+  sorted_logits = jnp.take_along_axis(logits_BxV, order, axis=-1)
+  probs = jax.nn.softmax(sorted_logits, axis=-1)
+  before = jnp.cumsum(probs, axis=-1) - probs
+  keep_sorted = (before < top_p_B[:, None]) | (top_p_B[:, None] >= 1.0)
+  keep = jnp.zeros_like(keep_sorted).at[jnp.arange(logits_BxV.shape[0])[:, None],
+                                        order].set(keep_sorted)
+  return jnp.where(keep, logits_BxV, -jnp.inf)
+
+
+def sample_rows(logits_BxV: Array, key: Array, rows: RowSampling):
+  """`sample_token` with each row's own settings (traced): the same tokens and
+  log-probabilities as `sample_token` with that row's settings and key. The sort the
+  filters need runs only when some row asks for top-k or top-p."""
+  sampled = rows.temperature > 0
+  scaled = logits_BxV / jnp.where(sampled, rows.temperature, 1.0)[:, None]
+  scaled = jax.lax.cond(jnp.any(sampled & (rows.top_k > 0)), _top_k_rows,
+                        lambda x, _: x, scaled, rows.top_k)
+  scaled = jax.lax.cond(jnp.any(sampled & (rows.top_p < 1.0)), _top_p_rows,
+                        lambda x, _: x, scaled, rows.top_p)
+  drawn = jax.random.categorical(key, scaled, axis=-1)
+  token = jnp.where(sampled, drawn, jnp.argmax(logits_BxV, axis=-1))
+  logp = jnp.where(sampled[:, None], jax.nn.log_softmax(scaled, axis=-1),
+                   jax.nn.log_softmax(logits_BxV, axis=-1))
+  return token.astype(jnp.int32), jnp.take_along_axis(logp, token[:, None], -1)[:, 0]
+
+
+@struct.dataclass
 class DecodeState:
   """A KV cache and where the next segment goes."""
   cache: list          # per layer, the family's pytree (attention: (k, v) [B, S, KV, D])
@@ -184,24 +236,30 @@ def append(model, state: DecodeState, input_ids_BxT: Array, attention_mask_BxT: 
 
 def generate(model, input_ids_BxL: Array, attention_mask_BxL: Array, key: Array,
              config: SamplingConfig = SamplingConfig(), pixel_values: Array | None = None,
-             grids=(), sequence_grids_BxKx3: Array | None = None) -> Generation:
-  """Generates up to `max_new_tokens` for each (left-padded) prompt."""
+             grids=(), sequence_grids_BxKx3: Array | None = None,
+             rows: RowSampling | None = None) -> Generation:
+  """Generates up to `max_new_tokens` for each (left-padded) prompt. `rows`: per-row
+  sampling settings in place of the config's."""
   capacity = input_ids_BxL.shape[1] + config.max_new_tokens
   state, logits = prefill(model, input_ids_BxL, attention_mask_BxL, capacity,
                           jnp.dtype(config.cache_dtype), pixel_values, grids,
                           sequence_grids_BxKx3)
-  return decode(model, state, logits, key, config)
+  return decode(model, state, logits, key, config, rows)
 
 
 def decode(model, state: DecodeState, logits_BxV: Array, key: Array,
-           config: SamplingConfig) -> Generation:
-  """Samples up to `max_new_tokens` after the cache's content, from the given logits."""
+           config: SamplingConfig, rows: RowSampling | None = None) -> Generation:
+  """Samples up to `max_new_tokens` after the cache's content, from the given logits
+  (`rows`: per-row sampling settings in place of the config's)."""
   text = model.language_model
   batch = logits_BxV.shape[0]
   stops = jnp.asarray(config.stop_tokens or (-1,), jnp.int32)
 
-  choose = lambda logits, key: sample_token(logits, key, config.temperature, config.top_k,
-                                            config.top_p)
+  if rows is None:
+    choose = lambda logits, key: sample_token(logits, key, config.temperature, config.top_k,
+                                              config.top_p)
+  else:
+    choose = lambda logits, key: sample_rows(logits, key, rows)
 
   hidden_size = state.last_hidden.shape[-1]
   latent = config.latent_tokens

@@ -1,8 +1,8 @@
 """Batching of concurrent requests: request threads `submit` prepared prompts and wait;
 one worker thread collects what arrives within `window_s` of the oldest waiting request
-(or until a full batch), takes the oldest request's group (requests that sample alike,
-the same `Sampling`, and whose max_tokens fall in the same new-token bucket; a request
-with a seed runs alone, with that seed's key) up to the
+(or until a full batch), takes the oldest request's group (requests whose max_tokens fall
+in the same new-token bucket, each sampled with its own settings; a request with a seed
+runs alone, with that seed's key) up to the
 engine's largest batch, and runs it as one batch. What is left waits for the next turn,
 so requests arriving while a batch runs form the next one.
 """
@@ -34,7 +34,7 @@ class _Item:
 
   @property
   def group(self):
-    return (self.sampling, self.budget, id(self) if self.seed is not None else None)
+    return (self.budget, id(self) if self.seed is not None else None)
 
 
 class Batcher:
@@ -111,7 +111,7 @@ class Batcher:
           self._key, key = jax.random.split(self._key)
         tokens, size = self.engine.generate([i.prompt for i in items],
                                             max(i.max_tokens for i in items),
-                                            items[0].sampling, key)
+                                            [i.sampling for i in items], key)
         replies = [self.engine.reply(row, len(i.prompt.ids), i.max_tokens, i.stop)
                    for row, i in zip(tokens, items)]
       except Exception as error:  # the batch's requests get the error; the worker goes on

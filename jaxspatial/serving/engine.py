@@ -5,7 +5,7 @@ strings cut on the host, the length limit, token counts).
 
 Buckets: the batch to the next of `batch_buckets` (padding rows repeat the first row),
 the prompt length and the new-token budget to powers of two (at least `min_length` and
-`min_new_tokens`). One program per (batch, length, budget, sampling setting, image grids).
+`min_new_tokens`). One program per (batch, length, budget, image grids): sampling settings are per-row data.
 Images are preprocessed per image (`model.vision_inputs`, jitted per image size) and their
 pixel values concatenated in order over the batch, as the sampler takes them. Programs take
 the model's split state as an argument (`Engine.split`): a failed run leaves the model
@@ -17,13 +17,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import threading
+from typing import Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from jaxspatial.models.sampler import SamplingConfig, generate
+from jaxspatial.models.sampler import RowSampling, SamplingConfig, generate
 from jaxspatial.serving.prompt import Prompt
 
 
@@ -36,7 +37,7 @@ def next_power(value: int, least: int) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class Sampling:
-  """The settings a batch shares (rows of one batch sample alike)."""
+  """A request's sampling settings (data to the programs: `sampler.RowSampling`)."""
   temperature: float = 0.0   # 0: greedy
   top_p: float = 1.0
   top_k: int = 0
@@ -54,9 +55,9 @@ class Reply:
 # argument): nothing is written back, so a run that fails (an allocation, a bad input)
 # leaves the model intact, and a call costs no state traversal (nnx.jit's milliseconds).
 @functools.partial(jax.jit, static_argnames=("graphdef", "config", "grids"))
-def _generate(graphdef, state, ids, mask, key, pixels, sequence_grids, config, grids):
+def _generate(graphdef, state, ids, mask, key, pixels, sequence_grids, rows, config, grids):
   model = nnx.merge(graphdef, state)
-  return generate(model, ids, mask, key, config, pixels, grids, sequence_grids)
+  return generate(model, ids, mask, key, config, pixels, grids, sequence_grids, rows)
 
 
 class Engine:
@@ -95,14 +96,24 @@ class Engine:
     length = next_power(max(len(p.ids) for p in prompts), self.min_length)
     return batch, length, next_power(max_new_tokens, self.min_new_tokens)
 
-  def generate(self, prompts: list[Prompt], max_new_tokens: int, sampling: Sampling,
-               key) -> tuple[np.ndarray, int]:
-    """(tokens [len(prompts), budget] int32, the batch size it ran at)."""
+  def generate(self, prompts: list[Prompt], max_new_tokens: int,
+               sampling: Sampling | Sequence[Sampling], key) -> tuple[np.ndarray, int]:
+    """(tokens [len(prompts), budget] int32, the batch size it ran at). `sampling`: one
+    for every prompt or one per prompt; the settings are data (`sampler.RowSampling`), so
+    they compile nothing new."""
     if not 1 <= len(prompts) <= self.max_batch:
       raise ValueError(f"Engine.generate: {len(prompts)} prompts; expected 1 to "
                        f"{self.max_batch}")
+    settings = [sampling] * len(prompts) if isinstance(sampling, Sampling) else list(sampling)
+    if len(settings) != len(prompts):
+      raise ValueError(f"Engine.generate: {len(settings)} sampling settings for "
+                       f"{len(prompts)} prompts")
     batch, length, budget = self.shapes(prompts, max_new_tokens)
     rows = list(prompts) + [prompts[0]] * (batch - len(prompts))
+    settings += [settings[0]] * (batch - len(prompts))
+    row_sampling = RowSampling.create([s.temperature for s in settings],
+                                      [s.top_k for s in settings],
+                                      [s.top_p for s in settings])
     ids = np.full((batch, length), self.pad_id, np.int32)
     mask = np.zeros((batch, length), bool)
     for r, prompt in enumerate(rows):
@@ -120,15 +131,13 @@ class Engine:
         own = [self.model.image_grid(image.shape[:2]) for image in p.images] or [fill]
         per_row.append(own + [own[-1]] * (views - len(own)))  # padded by repeating
       sequence_grids = jnp.asarray(per_row, jnp.int32)
-    config = SamplingConfig(max_new_tokens=budget, temperature=sampling.temperature,
-                            top_k=sampling.top_k, top_p=sampling.top_p,
-                            stop_tokens=self.stop_ids, pad_token=self.pad_id,
-                            cache_dtype=self.cache_dtype)
+    config = SamplingConfig(max_new_tokens=budget, stop_tokens=self.stop_ids,
+                            pad_token=self.pad_id, cache_dtype=self.cache_dtype)
     with self._lock:
-      self.programs.add((batch, length, budget, sampling, grids))
+      self.programs.add((batch, length, budget, grids))
     graphdef, state = self.split
     out = _generate(graphdef, state, jnp.asarray(ids), jnp.asarray(mask), key, pixels,
-                    sequence_grids, config, grids)
+                    sequence_grids, row_sampling, config, grids)
     return np.asarray(out.tokens)[:len(prompts)], batch
 
   def pixel_values(self, images) -> jax.Array:

@@ -1,5 +1,5 @@
-"""The batcher with a recording engine (no model): requests that sample alike and share a
-new-token bucket run as one batch, others wait their turn, a seeded request runs alone,
+"""The batcher with a recording engine (no model): requests that share a new-token bucket
+run as one batch, each with its own sampling settings, others wait their turn, a seeded request runs alone,
 a failing batch fails only its requests and the worker goes on."""
 
 import threading
@@ -51,9 +51,11 @@ def test_compatible_requests_batch_and_the_rest_wait():
     engine.gate.set()
     assert [f.result(5).text for f in futures] == [str(k) for k in range(9)]
     rows = [b[0] for b in engine.batches]
-    # 0, 2 and 5..8 sample alike in the 16-token bucket: 4 per batch, oldest first.
-    assert rows == [[0, 2, 5, 6], [1], [3], [4], [7, 8]]
-    assert batcher.stats()["batches"] == 5 and batcher.stats()["requests"] == 9
+    # 0, 1, 2 and 5..8 share the 16-token bucket (1 samples hot, in the same batch): 4 per
+    # batch, oldest first; the seeded 3 runs alone.
+    assert rows == [[0, 1, 2, 5], [3], [4], [6, 7, 8]]
+    assert engine.batches[0][2] == [greedy, hot, greedy, greedy]
+    assert batcher.stats()["batches"] == 4 and batcher.stats()["requests"] == 9
   finally:
     batcher.close()
 

@@ -48,3 +48,38 @@ def test_prefix_cache_serves_on_after_an_allocation_failure(served):
     PrefixCache(engine).generate(prompt, HUGE, Sampling(), jax.random.PRNGKey(0))
   after = PrefixCache(engine).generate(prompt, 8, Sampling(), jax.random.PRNGKey(0))
   np.testing.assert_array_equal(after, before)
+
+
+def test_row_sampling_equals_each_rows_own_sampling():
+  """`sample_rows` with mixed per-row settings draws, row by row, what `sample_token` draws
+  with that row's settings alone (same key, same batch shape)."""
+  from jaxspatial.models.sampler import RowSampling, sample_rows, sample_token  # pylint: disable=import-outside-toplevel
+  settings = [(0.0, 0, 1.0), (0.7, 0, 1.0), (1.0, 5, 1.0), (0.9, 0, 0.8), (1.3, 40, 0.5),
+              (0.5, 1, 1.0), (2.0, 250, 0.95), (0.0, 3, 0.2)]
+  logits = jax.random.normal(jax.random.PRNGKey(1), (len(settings), 300)) * 3
+  for step in range(5):
+    key = jax.random.PRNGKey(step)
+    rows = RowSampling.create(*zip(*settings))
+    token, logp = sample_rows(logits, key, rows)
+    for b, (t, k, p) in enumerate(settings):
+      want, want_logp = sample_token(logits, key, t, k, p)
+      assert int(token[b]) == int(want[b]), (step, settings[b])
+      np.testing.assert_allclose(float(logp[b]), float(want_logp[b]), rtol=1e-5, atol=1e-6)
+
+
+def test_sampling_settings_compile_nothing_new(served):
+  """24 distinct (temperature, top_p, top_k) settings after a warm-up request: no new
+  program (the engine's count and jit's own cache), and a greedy reply is unchanged."""
+  from jaxspatial.serving import engine as engine_lib  # pylint: disable=import-outside-toplevel
+  engine, prompt = served
+  greedy, _ = engine.generate([prompt], 8, Sampling(), jax.random.PRNGKey(0))
+  programs, compiled = len(engine.programs), engine_lib._generate._cache_size()  # pylint: disable=protected-access
+  settings = [Sampling(t, p, k) for t in (0.3, 0.7, 1.0, 1.5) for p in (1.0, 0.9, 0.5)
+              for k in (0, 20)]
+  assert len(set(settings)) == 24
+  for n, sampling in enumerate(settings):
+    engine.generate([prompt], 8, sampling, jax.random.PRNGKey(n))
+  assert len(engine.programs) == programs
+  assert engine_lib._generate._cache_size() == compiled  # pylint: disable=protected-access
+  again, _ = engine.generate([prompt], 8, Sampling(), jax.random.PRNGKey(0))
+  np.testing.assert_array_equal(again, greedy)
