@@ -40,15 +40,26 @@ class PromptBuilder:
   token counts. `max_images`: images per request."""
 
   def __init__(self, tokenizer, model, chat: ChatFormat, max_images: int = 8,
-               max_image_pixels: int = image_lib.MAX_IMAGE_PIXELS):
+               max_image_pixels: int = image_lib.MAX_IMAGE_PIXELS,
+               max_context: int | None = None):
     self.tokenizer, self.model, self.chat = tokenizer, model, chat
     self.max_images, self.max_image_pixels = int(max_images), int(max_image_pixels)
+    # Text this long cannot fit `max_context` tokens (no token spells more characters
+    # than the vocabulary's longest): refused before the tokenizer spends time and memory.
+    self.max_text_chars = None if max_context is None else int(max_context) * max(
+        (len(t) for t in tokenizer.get_vocab()), default=1)
     self.image_pad_id = tokenizer.convert_tokens_to_ids(IMAGE_PAD)
     self._lock = threading.Lock()  # request threads share the (stateful) tokenizer
 
   def text(self, request: ChatRequest) -> tuple[str, list]:
     """(the templated prompt text, the image parts in order)."""
     flat, parts = [], []
+    chars = sum(len(part) for m in request.messages for part in m.parts
+                if not isinstance(part, ImagePart))
+    if self.max_text_chars is not None and chars > self.max_text_chars:
+      raise invalid(f"messages: {chars} characters of text cannot fit this server's context "
+                    f"(at most {self.max_text_chars} characters could)", "messages",
+                    "context_length_exceeded")
     for i, message in enumerate(request.messages):
       pieces = []
       for j, part in enumerate(message.parts):

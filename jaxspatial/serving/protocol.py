@@ -16,12 +16,14 @@ metadata, store, ...) are ignored, as OpenAI-compatible servers do.
 from __future__ import annotations
 
 import dataclasses
+import json
 import numbers
 from typing import Any
 
 from jaxspatial import strict_json
 
 MAX_STOPS = 4
+MAX_TOP_K = (1 << 31) - 1  # an int32 per row; above the vocabulary it keeps every token
 MAX_STOP_CHARS = 256
 GREEDY_BELOW = 1e-3  # temperatures under it sample greedily (their logits overflow)
 ROLES = ("system", "developer", "user", "assistant", "tool")
@@ -88,11 +90,19 @@ class ChatRequest:
 
 
 def parse_json(body: bytes) -> Any:
-  """Strict JSON of a request body, or a 400."""
+  """Strict JSON of a request body, or a 400 (a lone surrogate escape such as "\\ud800"
+  included: it is no Unicode text, and would fail later as a 500)."""
   try:
-    return strict_json.loads_body(body, "request body")
+    obj = strict_json.loads_body(body, "request body")
   except ValueError as error:
     raise invalid(str(error)) from None
+  try:
+    json.dumps(obj, ensure_ascii=False).encode("utf-8")
+  except UnicodeEncodeError as error:
+    raise invalid(f"request body: a string holds a lone surrogate "
+                  f"({error.object[error.start:error.end]!r}), which is not Unicode text; "
+                  "escape characters outside the BMP as a surrogate pair") from None
+  return obj
 
 
 def _number(obj: dict, name: str, default, low: float, high: float, low_open=False):
@@ -225,6 +235,6 @@ def parse_request(obj: Any) -> ChatRequest:
       model=model, messages=messages, max_tokens=next(iter(given.values()), None),
       temperature=_number(obj, "temperature", 1.0, 0.0, 2.0),
       top_p=_number(obj, "top_p", 1.0, 0.0, 1.0, low_open=True),
-      top_k=0 if obj.get("top_k") == -1 else (_integer(obj, "top_k", 0) or 0),  # vLLM: -1 off
+      top_k=0 if obj.get("top_k") == -1 else (_integer(obj, "top_k", 0, MAX_TOP_K) or 0),  # vLLM: -1 off
       stop=_stop(obj.get("stop")), seed=_integer(obj, "seed", -(1 << 63), (1 << 64) - 1),
       chat_template_kwargs=dict(kwargs))

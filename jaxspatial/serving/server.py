@@ -295,6 +295,7 @@ def load_server(checkpoint, host: str = "127.0.0.1", port: int = 0,
       batch_buckets.append(min(2 * batch_buckets[-1], max_batch))
   engine = Engine(model, tokenizer, chat.stop_ids(tokenizer), batch_buckets, min_length,
                   min_new_tokens, cache_dtype)
-  builder = PromptBuilder(tokenizer, model, chat)
+  context = max_context or _context_of(model)
+  builder = PromptBuilder(tokenizer, model, chat, max_context=context)
   return ChatServer(builder, Batcher(engine, window_s, seed), model_name or folder.name,
-                    host, port, max_context=max_context or _context_of(model), **options)
+                    host, port, max_context=context, **options)

@@ -220,6 +220,13 @@ def test_malformed_requests_get_a_4xx_with_a_message_and_the_server_goes_on(serv
                   ).encode(), 400, "cannot be decoded"),
       (json.dumps({**good, "messages": [{"role": "user", "content": "<|image_pad|>"}]}
                   ).encode(), 400, "vision token"),
+      # Hostile values: a top_k past int32, a lone surrogate, a one-word text no context
+      # holds (refused before the tokenizer reads it).
+      (json.dumps({**good, "top_k": 10 ** 18}).encode(), 400, "top_k"),
+      (json.dumps({**good, "messages": [{"role": "user", "content": "\ud800"}]}).encode(),
+       400, "lone surrogate"),
+      (json.dumps({**good, "messages": _user("a" * (2 << 20))}).encode(), 400,
+       "cannot fit this server's context"),
   ]
   for body, status, words in cases:
     code, payload = _post(url, body)
