@@ -47,24 +47,28 @@ def export_checkpoint(config, out, checkpoint: str | None = None, step: int | No
   and the steps there), ValueError for a recipe whose policy is not a policy family, and
   FileExistsError for an output folder in the way (a non-empty one needs `overwrite`)."""
   import recipes  # pylint: disable=import-outside-toplevel
+  initialize_from_env()  # before the recipe's modules start the backend
   if step is not None and best:
-    raise ValueError("export: give a step or best, not both")
+    raise ValueError("step and best: give one of them, not both")
   if step is not None and (isinstance(step, bool) or not isinstance(step, int) or step < 0):
-    raise ValueError(f"export: step: expected an integer >= 0, got {step!r}")
+    raise ValueError(f"step: expected an integer >= 0, got {step!r}")
   if not out:
-    raise ValueError("export: the output folder is unset (--out DIR)")
+    raise ValueError("the output folder is unset (--out DIR)")
   check_target(out, overwrite)
   name = config.get("recipe")
   if experiment is None:
+    if name not in recipes.RECIPES:
+      raise ValueError(f"the config's recipe is {name!r}, not a training recipe (one "
+                       f"of {sorted(recipes.RECIPES)}): launch.export reads the checkpoints "
+                       "of a run launch.train wrote, with its training config")
     cls = recipes.experiment_class(config)
     if cls.exported_policy is Experiment.exported_policy:
       raise ValueError(f"recipe {name!r} ({cls.__name__}) exports no policy: launch.export "
                        f"writes policies of the families {sorted(FAMILIES)}")
     experiment = cls.for_export(config)
-  initialize_from_env()
   if jax.process_count() > 1:
-    raise ValueError("export: run it as one process (it gathers every parameter on this "
-                     f"host), not {jax.process_count()}")
+    raise ValueError("an export runs as one process (it gathers every parameter on "
+                     f"this host), not {jax.process_count()}")
   trainer = Trainer(config, experiment)
   restored = trainer.restore(checkpoint, step=step, best=best, for_export=True)
   policy = experiment.exported_policy(trainer.module)

@@ -39,6 +39,7 @@ import tempfile
 from jaxspatial.models.chat import ASSISTANT, ChatFormat
 from jaxspatial.models.lora import merge_lora, untie_adapted_head
 from jaxspatial.models.policy import FAMILIES, export
+from jaxspatial.models.qwen2_5_vl.tokenizer import save_processor
 
 # A source folder's files carried into the export as they are (the tokenizer is re-saved
 # from the run's tokenizer, the weights from the run's parameters).
@@ -196,7 +197,6 @@ def write_policy_folder(model, tokenizer, folder, *, chat: ChatFormat | None = N
   if kind not in FAMILIES:
     raise TypeError(f"write_policy_folder: {type(model).__name__} is not a policy family "
                     f"({sorted(FAMILIES)})")
-  from jaxspatial.models.qwen2_5_vl.tokenizer import save_processor  # pylint: disable=import-outside-toplevel
   folder = pathlib.Path(folder).absolute()
   check_target(folder, overwrite)
   if source is not None and not pathlib.Path(source).is_dir():
