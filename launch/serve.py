@@ -37,6 +37,10 @@ _NAME = flags.DEFINE_string("name", None, "the served model's name (default: the
 _MAX_BATCH = flags.DEFINE_integer("max_batch", 8, "requests run as one batch, at most")
 _WINDOW = flags.DEFINE_float("window_ms", 10.0, "how long a request waits for others to "
                              "batch with")
+_MAX_QUEUE = flags.DEFINE_integer("max_queue", 256, "requests waiting at most; more get 429 "
+                                  "with Retry-After")
+_TIMEOUT = flags.DEFINE_float("request_timeout_s", 600.0, "a request waiting longer gets 503 "
+                              "(dropped unrun if its batch has not started)")
 _MAX_TOKENS = flags.DEFINE_integer("default_max_tokens", 512, "new tokens when a request "
                                    "gives no max_tokens")
 _DTYPE = flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "parameters and "
@@ -59,7 +63,8 @@ def main(argv) -> None:
                          max_batch=_MAX_BATCH.value, window_s=_WINDOW.value / 1000,
                          chat_format=_CHAT.value, dtype=_DTYPE.value,
                          cache_dtype=_DTYPE.value, default_max_tokens=_MAX_TOKENS.value,
-                         api_key=key)
+                         api_key=key, max_queue=_MAX_QUEUE.value,
+                         request_timeout_s=_TIMEOUT.value)
   except (FileNotFoundError, ValueError) as error:  # a missing or malformed folder: usage
     raise app.UsageError(str(error)) from None
   stop = threading.Event()

@@ -37,11 +37,19 @@ class _Item:
     return (self.budget, id(self) if self.seed is not None else None)
 
 
-class Batcher:
-  """Runs `engine` on a worker thread over batches of submitted requests."""
+class QueueFull(RuntimeError):
+  """The batcher holds `max_queue` waiting requests already (the server's 429)."""
 
-  def __init__(self, engine: Engine, window_s: float = 0.01, seed: int = 0):
+
+class Batcher:
+  """Runs `engine` on a worker thread over batches of submitted requests. At most
+  `max_queue` requests wait (more are refused with QueueFull); a request whose future is
+  cancelled before its batch starts is dropped unrun."""
+
+  def __init__(self, engine: Engine, window_s: float = 0.01, seed: int = 0,
+               max_queue: int = 256):
     self.engine, self.window_s = engine, float(window_s)
+    self.max_queue = int(max_queue)
     self._key = jax.random.PRNGKey(seed)
     self._queue: collections.deque[_Item] = collections.deque()
     self._cond = threading.Condition()
@@ -57,6 +65,11 @@ class Batcher:
     with self._cond:
       if self._stop:
         raise RuntimeError("the batcher is stopped")
+      waiting = sum(not item.future.cancelled() for item in self._queue)
+      if waiting >= self.max_queue:
+        self._counts["rejected"] += 1
+        raise QueueFull(f"{waiting} requests are waiting, this server's limit "
+                        f"(max_queue {self.max_queue})")
       budget = self.engine.shapes([prompt], int(max_tokens))[2]
       self._queue.append(_Item(prompt, int(max_tokens), sampling, tuple(stop), seed, future,
                                time.monotonic(), budget))
@@ -65,12 +78,14 @@ class Batcher:
     return future
 
   def stats(self) -> dict:
-    """requests, batches, rows (requests run), padded_rows, failed_batches, programs."""
+    """requests, batches, rows (requests run), padded_rows, failed_batches, rejected
+    (queue full), cancelled (dropped before running), waiting, programs."""
     with self._cond:
       counts = dict(self._counts)
-    return {"requests": counts.get("requests", 0), "batches": counts.get("batches", 0),
-            "rows": counts.get("rows", 0), "padded_rows": counts.get("padded_rows", 0),
-            "failed_batches": counts.get("failed_batches", 0),
+      waiting = sum(not item.future.cancelled() for item in self._queue)
+    names = ("requests", "batches", "rows", "padded_rows", "failed_batches", "rejected",
+             "cancelled")
+    return {**{name: counts.get(name, 0) for name in names}, "waiting": waiting,
             "programs": len(self.engine.programs)}
 
   def close(self) -> None:
@@ -100,7 +115,11 @@ class Batcher:
 
   def _run(self) -> None:
     while (items := self._take()) is not None:
-      items = [i for i in items if i.future.set_running_or_notify_cancel()]
+      running = [i for i in items if i.future.set_running_or_notify_cancel()]
+      if len(running) < len(items):
+        with self._cond:
+          self._counts["cancelled"] += len(items) - len(running)
+      items = running
       if not items:
         continue
       try:

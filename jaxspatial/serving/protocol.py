@@ -46,10 +46,11 @@ class APIError(Exception):
   """An error returned as OpenAI's {"error": {"message", "type", "param", "code"}}."""
 
   def __init__(self, status: int, message: str, type_: str = "invalid_request_error",
-               code: str | None = None, param: str | None = None):
+               code: str | None = None, param: str | None = None, headers=()):
     super().__init__(message)
     self.status, self.message, self.type, self.code, self.param = (
         int(status), message, type_, code, param)
+    self.headers = tuple(headers)  # (name, value) pairs sent with it (Retry-After)
 
   def body(self) -> dict:
     return {"error": {"message": self.message, "type": self.type, "param": self.param,

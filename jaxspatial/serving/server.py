@@ -5,12 +5,15 @@ parses, templates and decodes images, the batcher's one thread runs the policy).
                                    finish_reason "stop" | "length", usage)
     GET  /v1/models, /v1/models/{name}
     GET  /health                -> {"status": "ok", "model": name}
-    GET  /stats                 -> the batcher's counts (requests, batches, rows, programs)
+    GET  /stats                 -> the batcher's counts (requests, batches, rows, rejected,
+                                   cancelled, waiting, programs) and errors
 
 Errors are OpenAI's {"error": {"message", "type", "param", "code"}}: 400 (malformed JSON,
 a bad field, an unsupported feature, a prompt over the context), 401 (a wrong key, when
-the server has one), 404 (unknown path or model), 411 / 413 (no or too large a body), 500
-(generation failed: its exception); the server keeps serving after any of them.
+the server has one), 404 (unknown path or model), 411 / 413 (no or too large a body), 429
+(the batcher's queue is full; Retry-After), 500 (generation failed: its exception), 503 (no
+reply within request_timeout_s; Retry-After); the server keeps serving after any of them.
+A waiting request whose client hangs up, or that times out, is dropped before it runs.
 
     server = load_server("/ckpt/Qwen2.5-VL-3B", port=0).start()
     print(server.url)   # http://127.0.0.1:PORT/v1 : the openai client's base_url
@@ -18,9 +21,11 @@ the server has one), 404 (unknown path or model), 411 / 413 (no or too large a b
 
 from __future__ import annotations
 
+import concurrent.futures
 import http.server
 import json
 import pathlib
+import select
 import socket
 import threading
 import time
@@ -28,12 +33,17 @@ import traceback
 import urllib.parse
 import uuid
 
-from jaxspatial.serving.batcher import Batcher
+from jaxspatial.serving.batcher import Batcher, QueueFull
 from jaxspatial.serving.engine import Engine, Sampling
 from jaxspatial.serving.prompt import PromptBuilder
 from jaxspatial.serving.protocol import APIError, invalid, parse_json, parse_request
 
 MAX_BODY_BYTES = 32 << 20
+WAIT_POLL_S = 0.1  # how often a waiting request checks that its client is still there
+
+
+class ClientGone(Exception):
+  """The client hung up while its request waited."""
 
 
 def _dumps(obj) -> bytes:
@@ -78,12 +88,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
   def log_message(self, format, *args):  # pylint: disable=redefined-builtin
     del format, args
 
-  def _send(self, status: int, payload: dict) -> None:
+  def _send(self, status: int, payload: dict, headers=()) -> None:
     body = _dumps(payload)
     try:
       self.send_response(status)
       self.send_header("Content-Type", "application/json")
       self.send_header("Content-Length", str(len(body)))
+      for name, value in headers:
+        self.send_header(name, value)
       if self.close_connection:
         self.send_header("Connection", "close")
       self.end_headers()
@@ -93,7 +105,15 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
   def _error(self, error: APIError) -> None:
     self.server.owner.count_error()
-    self._send(error.status, error.body())
+    self._send(error.status, error.body(), error.headers)
+
+  def _client_gone(self) -> bool:
+    """Whether the client closed its connection (readable with nothing to read)."""
+    try:
+      readable, _, _ = select.select([self.connection], [], [], 0)
+      return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+    except OSError:
+      return True
 
   def do_GET(self):  # pylint: disable=invalid-name
     owner: ChatServer = self.server.owner
@@ -151,7 +171,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                            "authentication_error", "invalid_api_key"))
       return
     try:
-      self._send(200, owner.complete(body))
+      self._send(200, owner.complete(body, self._client_gone))
+    except ClientGone:
+      self.close_connection = True  # nobody to answer
     except APIError as error:
       self._error(error)
     except Exception as error:  # generation failed: the client's answer, the server goes on
@@ -196,8 +218,9 @@ class ChatServer:
       errors = self._errors
     return {**self.batcher.stats(), "errors": errors}
 
-  def complete(self, body: bytes) -> dict:
-    """The chat.completion for a request body, or an APIError."""
+  def complete(self, body: bytes, gone=lambda: False) -> dict:
+    """The chat.completion for a request body, or an APIError. `gone()`: whether the
+    client has hung up (its request is then dropped if it has not started: ClientGone)."""
     request = parse_request(parse_json(body))
     if request.model != self.model_name:
       raise APIError(404, f"model {request.model!r} does not exist; this server serves "
@@ -217,8 +240,12 @@ class ChatServer:
                     "max_tokens", "context_length_exceeded")
     sampling = (Sampling() if request.greedy
                 else Sampling(request.temperature, request.top_p, request.top_k))
-    future = self.batcher.submit(prompt, max_tokens, sampling, request.stop, request.seed)
-    reply = future.result(timeout=self.request_timeout_s)
+    try:
+      future = self.batcher.submit(prompt, max_tokens, sampling, request.stop, request.seed)
+    except QueueFull as error:
+      raise APIError(429, f"the server is busy: {error}; retry later", "rate_limit_error",
+                     "queue_full", headers=(("Retry-After", "1"),)) from None
+    reply = self._wait(future, gone)
     return {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion",
             "created": int(time.time()), "model": self.model_name, "system_fingerprint": None,
             "choices": [{"index": 0, "message": {"role": "assistant", "content": reply.text},
@@ -226,6 +253,25 @@ class ChatServer:
             "usage": {"prompt_tokens": reply.prompt_tokens,
                       "completion_tokens": reply.completion_tokens,
                       "total_tokens": reply.prompt_tokens + reply.completion_tokens}}
+
+  def _wait(self, future, gone):
+    """The reply, polling the client: a request whose client hung up, or that waited past
+    `request_timeout_s`, is cancelled (dropped unrun if its batch has not started)."""
+    start = time.monotonic()
+    while True:
+      try:
+        return future.result(timeout=WAIT_POLL_S)
+      except concurrent.futures.TimeoutError:
+        pass
+      if gone():
+        future.cancel()
+        raise ClientGone()
+      if time.monotonic() - start > self.request_timeout_s:
+        dropped = future.cancel()
+        raise APIError(503, f"no reply within this server's request_timeout_s of "
+                            f"{self.request_timeout_s:g} s"
+                            + ("; the request was dropped unrun" if dropped else ""),
+                       "server_error", "timeout", headers=(("Retry-After", "1"),))
 
   # --- lifecycle -------------------------------------------------------------------------
 
@@ -278,7 +324,8 @@ def load_server(checkpoint, host: str = "127.0.0.1", port: int = 0,
                 model_name: str | None = None, max_batch: int = 8, window_s: float = 0.01,
                 batch_buckets=None, chat_format: str = "auto", dtype: str = "float32",
                 cache_dtype: str = "float32", max_context: int | None = None, seed: int = 0,
-                min_length: int = 64, min_new_tokens: int = 16, **options) -> ChatServer:
+                min_length: int = 64, min_new_tokens: int = 16, max_queue: int = 256,
+                **options) -> ChatServer:
   """A ChatServer (not started) for a Hugging Face checkpoint folder `load_policy` reads.
   `batch_buckets` (default powers of two up to `max_batch`); `min_length` /
   `min_new_tokens`: the smallest prompt and new-token buckets; `options`: ChatServer's."""
@@ -297,5 +344,6 @@ def load_server(checkpoint, host: str = "127.0.0.1", port: int = 0,
                   min_new_tokens, cache_dtype)
   context = max_context or _context_of(model)
   builder = PromptBuilder(tokenizer, model, chat, max_context=context)
-  return ChatServer(builder, Batcher(engine, window_s, seed), model_name or folder.name,
+  return ChatServer(builder, Batcher(engine, window_s, seed, max_queue),
+                    model_name or folder.name,
                     host, port, max_context=context, **options)

@@ -349,9 +349,9 @@ def test_scanqa_scene_initial_view(room, tmp_path):
                 "options": [], "answer": "dark brown", "answer_text": "dark brown",
                 "answers": ["dark brown", "brown"], "category": "open",
                 "answer_objects": [scan.instance_of(12)], "initial_view": 0, "views": [0],
-                "needs_exploration": True, "object_ids": [12, 4],
+                "needs_exploration": True, "order": 0, "object_ids": [12, 4],
                 "object_names": ["chair", "cabinet"]}  # object 4 is not in the scan
-  assert q1["answer_objects"] == [scan.instance_of(20)]
+  assert q1["answer_objects"] == [scan.instance_of(20)] and q1["order"] == 1
   example = scene.example(0)
   assert example["xyz"].shape == scene.xyz.shape and len(example["images"]) == 1
 

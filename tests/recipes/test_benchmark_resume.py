@@ -1,5 +1,5 @@
 """launch.eval --benchmark never loses a run: killed with SIGKILL at five points (and stopped
-once with SIGTERM) and rerun with the same --out, it ends with the uninterrupted run's
+once with SIGTERM before them) and rerun with the same --out, it ends with the uninterrupted run's
 results.json, and the scripted OpenAI-compatible server (a real HTTP server on loopback)
 answers no request twice except the turns of a tool episode cut mid-way."""
 
@@ -80,10 +80,11 @@ def test_killed_runs_resume_to_the_same_results(tmp_path):
   assert done.returncode == 0, done.stderr[-3000:]
   assert len(whole) == len(set(whole)) == len(rows) * SEEDS * 3  # no tools 1, tools 2 turns
 
-  # Stops at five request counts: the first by SIGTERM, the others by SIGKILL, each while
-  # the request is in flight (the server never answers a SIGKILLed one).
+  # Stops at six request counts: the first by SIGTERM, five by SIGKILL, each while the
+  # request is in flight (the server never answers a SIGKILLed one): in the no-tools
+  # setting, at a tool episode's first turn and at its second.
   stops = {3: signal.SIGTERM, 6: signal.SIGKILL, 11: signal.SIGKILL, 15: signal.SIGKILL,
-           19: signal.SIGKILL}
+           19: signal.SIGKILL, 22: signal.SIGKILL}
   state = {"count": 0, "process": None, "killed": [], "answered": []}
   lock = threading.Lock()
 
@@ -116,7 +117,7 @@ def test_killed_runs_resume_to_the_same_results(tmp_path):
       if len(codes) == 1:  # SIGTERM: partial results written from what was recorded
         assert "rerun the same command" in stderr, stderr[-2000:]
         assert json.loads((out / "results.json").read_text())["partial"]["recorded"] >= 2
-  assert codes == [1, -9, -9, -9, -9, 0], stdout + stderr[-3000:]
+  assert codes == [1, -9, -9, -9, -9, -9, 0], stdout + stderr[-3000:]
   assert (out / "results.json").read_text() == (tmp_path / "whole" / "results.json").read_text()
   # The same rows in the same order (all but their timings).
   assert _untimed(out) == _untimed(tmp_path / "whole")

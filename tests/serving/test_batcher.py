@@ -75,3 +75,24 @@ def test_a_failing_batch_fails_its_requests_only():
     batcher.close()
   with pytest.raises(RuntimeError, match="stopped"):
     batcher.submit(_prompt(3), 4, Sampling())
+
+
+def test_a_full_queue_refuses_and_a_cancelled_request_is_dropped_unrun():
+  from jaxspatial.serving.batcher import QueueFull  # pylint: disable=import-outside-toplevel
+  engine = _Engine()
+  batcher = Batcher(engine, window_s=0.0, max_queue=2)
+  try:
+    with batcher._cond:  # pylint: disable=protected-access  (the worker takes nothing yet)
+      first = batcher.submit(_prompt(1), 4, Sampling())
+      second = batcher.submit(_prompt(2), 4, Sampling())
+      with pytest.raises(QueueFull, match="max_queue 2"):
+        batcher.submit(_prompt(3), 4, Sampling())
+      assert second.cancel()  # its client hung up: room again, and it never runs
+      third = batcher.submit(_prompt(4), 4, Sampling())
+    engine.gate.set()
+    assert first.result(5).text == "1" and third.result(5).text == "4"
+    assert [b[0] for b in engine.batches] == [[1, 4]]
+    stats = batcher.stats()
+    assert stats["rejected"] == 1 and stats["cancelled"] == 1 and stats["waiting"] == 0
+  finally:
+    batcher.close()

@@ -10,7 +10,10 @@ import base64
 import concurrent.futures
 import io
 import json
+import socket
+import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
 import jax
@@ -265,3 +268,36 @@ def test_the_served_policy_is_a_judge_for_perception_judge(served):
   messages = _user("Is the chair red?")
   assert endpoint.complete(messages, max_tokens=4) == _ask(
       client, messages, max_tokens=4).choices[0].message.content
+
+
+def test_a_full_queue_is_a_429_and_a_client_that_hangs_up_is_dropped_unrun(served):
+  server, *_ = served
+  url = server.url + "/chat/completions"
+  good = json.dumps({"model": NAME, "messages": _user("Where is the chair?"),
+                     "max_tokens": 4, "temperature": 0}).encode()
+  batcher = server.batcher
+  limit, window = batcher.max_queue, batcher.window_s
+  try:
+    batcher.max_queue = 0
+    request = urllib.request.Request(url, good, {"Content-Type": "application/json"})
+    with pytest.raises(urllib.error.HTTPError) as caught:
+      urllib.request.urlopen(request, timeout=30)
+    assert caught.value.code == 429 and caught.value.headers["Retry-After"] == "1"
+    assert "max_queue 0" in json.loads(caught.value.read())["error"]["message"]
+    batcher.max_queue, batcher.window_s = limit, 2.0  # a lone request now waits 2 s
+    before = server.stats()
+    host, port = urllib.parse.urlsplit(server.url).netloc.split(":")
+    with socket.create_connection((host, int(port)), timeout=5) as client:
+      client.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                     b"Content-Type: application/json\r\nContent-Length: "
+                     + str(len(good)).encode() + b"\r\n\r\n" + good)
+      time.sleep(0.3)  # then it hangs up
+    deadline = time.monotonic() + 10
+    while server.stats()["cancelled"] == before["cancelled"] and time.monotonic() < deadline:
+      time.sleep(0.1)
+    after = server.stats()
+    assert after["cancelled"] == before["cancelled"] + 1
+    assert after["batches"] == before["batches"] and after["waiting"] == 0
+  finally:
+    batcher.max_queue, batcher.window_s = limit, window
+  assert _post(url, good)[0] == 200  # and it serves on
