@@ -190,14 +190,16 @@ class PolicyBackend:
     each when the batch ends (sampling keys depend on the batch, so it is one unit)."""
     # pylint: disable=import-outside-toplevel
     from jaxspatial.serving.engine import Sampling
-    from jaxspatial.serving.protocol import parse_request
+    from jaxspatial.serving.protocol import local_request
     rows = len(prompts)
     views = [question_views(tasks, r) for r in range(rows)]
     built = []
     for r in range(rows):
       question = decode_text(np.asarray(tasks.question_ids)[r])
-      request = parse_request({"model": self.name,
-                               "messages": _messages(prompts[r], views[r], question)})
+      content = [{"type": "image", "image": view} for view in views[r]]
+      content.append({"type": "text", "text": question})
+      request = local_request(self.name, [{"role": "system", "content": prompts[r]},
+                                          {"role": "user", "content": content}])
       built.append(self.builder.build(request))
     sampling = Sampling(temperature=self.temperature)
     key = jax.random.PRNGKey(seed)

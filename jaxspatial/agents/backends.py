@@ -135,9 +135,9 @@ class PolicyChat:
            max_tokens: int = 1024) -> str:
     # pylint: disable=import-outside-toplevel
     from jaxspatial.serving.engine import Sampling
-    from jaxspatial.serving.protocol import parse_request
-    request = parse_request({"model": self.name, "messages": openai_messages(messages),
-                             "max_tokens": int(max_tokens), "temperature": float(temperature)})
+    from jaxspatial.serving.protocol import local_request
+    request = local_request(self.name, messages, max_tokens=int(max_tokens),
+                            temperature=float(temperature))
     prompt = self.builder.build(request)
     sampling = Sampling(temperature=0.0 if request.greedy else request.temperature)
     if self.batcher is not None:

@@ -51,6 +51,19 @@ def decode_data_url(url: str, where: str, max_pixels: int = MAX_IMAGE_PIXELS) ->
                   f"{str(error)[:200]})", where) from None
 
 
+def check_pixels(image, where: str, max_pixels: int = MAX_IMAGE_PIXELS) -> np.ndarray:
+  """An in-process image as uint8 [H, W, 3], or a 400 naming what is wrong with it."""
+  image = np.asarray(image)
+  if image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8:
+    raise invalid(f"{where}: expected a uint8 [H, W, 3] image, got {image.dtype} "
+                  f"{list(image.shape)}", where)
+  height, width = image.shape[:2]
+  if width * height > max_pixels or min(width, height) < 1:
+    raise invalid(f"{where}: a {width} x {height} image is outside 1 ... {max_pixels} "
+                  "pixels", where)
+  return image
+
+
 def resize_for(model, image_HxWx3: np.ndarray) -> np.ndarray:
   """The image resized (PIL bicubic) to the size the policy's smart resize gives it, so
   the policy's own preprocessing leaves its size as is."""

@@ -94,7 +94,8 @@ class PromptBuilder:
   def build(self, request: ChatRequest) -> Prompt:
     text, parts = self.text(request)
     pictures = [image_lib.resize_for(self.model, image_lib.decode_data_url(
-        p.url, p.where, self.max_image_pixels)) for p in parts]
+        p.url, p.where, self.max_image_pixels) if p.pixels is None else
+        image_lib.check_pixels(p.pixels, p.where, self.max_image_pixels)) for p in parts]
     with self._lock:
       ids = self.tokenizer.encode(text, add_special_tokens=False)
     pads = [k for k, t in enumerate(ids) if t == self.image_pad_id]

@@ -25,7 +25,35 @@ def served():
   builder = PromptBuilder(tok, model, chat)
   prompt = builder.build(parse_request({"model": "m", "messages": [
       {"role": "user", "content": "Where is the red chair?"}]}))
+  engine.builder = builder
   return engine, prompt
+
+
+def test_an_in_process_request_is_the_data_url_request_without_the_detour(served):
+  """`local_request` (images as arrays) builds the prompt the same messages with PNG data
+  URLs build (PNG is lossless); an HTTP body naming a local image is refused."""
+  from jaxspatial.agents.backends import openai_messages  # pylint: disable=import-outside-toplevel
+  from jaxspatial.serving.protocol import APIError, local_request  # pylint: disable=import-outside-toplevel
+  engine, _ = served
+  rng = np.random.default_rng(0)
+  views = [rng.integers(0, 256, (48, 64, 3), np.uint8), rng.integers(0, 256, (30, 30, 3),
+                                                                        np.uint8)]
+  messages = [{"role": "system", "content": "Answer briefly."},
+              {"role": "user", "content": [{"type": "image", "image": views[0]},
+                                           {"type": "text", "text": "and"},
+                                           {"type": "image", "image": views[1]},
+                                           {"type": "text", "text": "Which is brighter?"}]}]
+  local = engine.builder.build(local_request("m", messages, max_tokens=4))
+  remote = engine.builder.build(parse_request({"model": "m", "max_tokens": 4,
+                                               "messages": openai_messages(messages)}))
+  np.testing.assert_array_equal(local.ids, remote.ids)
+  assert len(local.images) == 2
+  for a, b in zip(local.images, remote.images):
+    np.testing.assert_array_equal(a, b)
+  forged = parse_request({"model": "m", "messages": [{"role": "user", "content": [
+      {"type": "image_url", "image_url": {"url": "local-image:0"}}]}]})
+  with pytest.raises(APIError, match="only base64 data URLs"):
+    engine.builder.build(forged)
 
 
 def test_engine_serves_on_after_an_allocation_failure(served):
