@@ -69,7 +69,10 @@ def test_a_growing_conversation_appends_and_equals_whole_prompts(policy):
   _conversation(*policy[2:])
 
 
-@pytest.mark.parametrize("family", ["qwen3_vl", "qwen3_5"])
+# Qwen3-VL's append path is Qwen2.5-VL's attention with its own rope (tests/models covers
+# it): slow-tests; Qwen3.5's delta-rule cache stays in the suite.
+@pytest.mark.parametrize("family", [pytest.param("qwen3_vl", marks=pytest.mark.slow),
+                                    "qwen3_5"])
 def test_other_families_append_as_whole_prompts(family):
   """DeepStack (Qwen3-VL) and the hybrid cache (Qwen3.5: linear layers skip the padding
   the next segment writes over)."""
