@@ -51,6 +51,16 @@ def decode_data_url(url: str, where: str, max_pixels: int = MAX_IMAGE_PIXELS) ->
                   f"{str(error)[:200]})", where) from None
 
 
+def decode_limit(model, factor: int = 4) -> int:
+  """The pixels an image may have to be decoded at all: `factor` x the most the policy's
+  processor keeps (its smart resize of a very large image), at most MAX_IMAGE_PIXELS.
+  Bigger ones are refused from their header, before PIL spends memory on them (an
+  8192 x 8192 PNG of 287 kB costs 600 MB to decode)."""
+  _, grid_h, grid_w = model.image_grid((16384, 16384))
+  patch = model.config.vision.patch_size
+  return int(min(MAX_IMAGE_PIXELS, factor * grid_h * patch * grid_w * patch))
+
+
 def check_pixels(image, where: str, max_pixels: int = MAX_IMAGE_PIXELS) -> np.ndarray:
   """An in-process image as uint8 [H, W, 3], or a 400 naming what is wrong with it."""
   image = np.asarray(image)

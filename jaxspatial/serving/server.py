@@ -33,6 +33,7 @@ import traceback
 import urllib.parse
 import uuid
 
+from jaxspatial.serving import images as image_lib
 from jaxspatial.serving.batcher import Batcher, QueueFull
 from jaxspatial.serving.engine import Engine, Sampling
 from jaxspatial.serving.prompt import PromptBuilder
@@ -343,7 +344,8 @@ def load_server(checkpoint, host: str = "127.0.0.1", port: int = 0,
   engine = Engine(model, tokenizer, chat.stop_ids(tokenizer), batch_buckets, min_length,
                   min_new_tokens, cache_dtype)
   context = max_context or _context_of(model)
-  builder = PromptBuilder(tokenizer, model, chat, max_context=context)
+  builder = PromptBuilder(tokenizer, model, chat, max_context=context,
+                          max_image_pixels=image_lib.decode_limit(model))
   return ChatServer(builder, Batcher(engine, window_s, seed, max_queue),
                     model_name or folder.name,
                     host, port, max_context=context, **options)

@@ -224,7 +224,12 @@ def test_malformed_requests_get_a_4xx_with_a_message_and_the_server_goes_on(serv
       (json.dumps({**good, "messages": [{"role": "user", "content": "<|image_pad|>"}]}
                   ).encode(), 400, "vision token"),
       # Hostile values: a top_k past int32, a lone surrogate, a one-word text no context
-      # holds (refused before the tokenizer reads it).
+      # holds (refused before the tokenizer reads it), an image past 4 x the most the
+      # processor keeps (refused from its header, undecoded).
+      (json.dumps({**good, "messages": [{"role": "user", "content": [
+          {"type": "image_url", "image_url": {
+              "url": _png_url(np.zeros((2048, 2048, 3), np.uint8))}}]}]}).encode(),
+       400, "outside 1 ..."),
       (json.dumps({**good, "top_k": 10 ** 18}).encode(), 400, "top_k"),
       (json.dumps({**good, "messages": [{"role": "user", "content": "\ud800"}]}).encode(),
        400, "lone surrogate"),
