@@ -47,7 +47,8 @@ import jax
 import numpy as np
 import tqdm
 
-from data_pipelines.builders import load_benchmark, question_index, task_limits
+from data_pipelines.builders import (load_benchmark, question_index, stored_text,
+                                     task_limits)
 from data_pipelines.loader import MAX_VIEWS, scene_questions, scene_tasks
 from data_pipelines.protocols import Protocol, protocol as named_protocol
 from data_pipelines.readers.common import BenchmarkQuestion
@@ -79,12 +80,6 @@ def system_prompt(spec: Protocol, question: BenchmarkQuestion) -> str:
   return NUMBER_PROMPT if spec.metric(question) == "mra" else PHRASE_PROMPT
 
 
-def _text(value) -> str:
-  if isinstance(value, np.ndarray) and value.ndim == 0:
-    value = value[()]
-  return value.decode("utf-8") if isinstance(value, bytes) else str(value)
-
-
 def _question(benchmark: str, q: dict, record: int, scene_id: str) -> BenchmarkQuestion:
   order = q.get("order")
   return BenchmarkQuestion(
@@ -102,7 +97,7 @@ def stored_questions(source, benchmark: str) -> list[BenchmarkQuestion]:
   out = []
   for index in range(len(source)):
     example = source[index]
-    out += [_question(benchmark, q, index, _text(example["scene_id"]))
+    out += [_question(benchmark, q, index, stored_text(example["scene_id"]))
             for q in scene_questions(example, index, limits)]
   return out
 
@@ -184,14 +179,14 @@ def task_stream(source, benchmark: str, questions: Sequence[BenchmarkQuestion], 
     real = len(pending)
     rows = [task for task, _ in pending] + [pending[-1][0]] * (batch - real)
     tasks = jax.tree.map(lambda *x: np.stack(x), *rows)
-    return tasks, [_text(meta["question_id"]) for _, meta in pending], real
+    return tasks, [stored_text(meta["question_id"]) for _, meta in pending], real
 
   for index in sorted(wanted):
     found = set()
     for task, meta in scene_tasks(source[index], points=points, input_images=True,
                                   limits=limits):
-      if _text(meta["question_id"]) in wanted[index]:
-        found.add(_text(meta["question_id"]))
+      if stored_text(meta["question_id"]) in wanted[index]:
+        found.add(stored_text(meta["question_id"]))
         pending.append((task, meta))
         if len(pending) == batch:
           yield flush()
@@ -356,8 +351,9 @@ def results_from_rows(questions: list[BenchmarkQuestion], rows: Sequence[dict],
   predictions = {s: {seed: {q.question_id: scored_value(runs[seed][q.question_id])
                             for q in kept} for seed in seeds if seed in runs}
                  for s, runs in found.items()}
+  kept_ids = {q.question_id for q in kept}
   kept_rows = [r for runs in found.values() for run in runs.values() for r in run.values()
-               if r["question_id"] in {q.question_id for q in kept}]
+               if r["question_id"] in kept_ids]
   failures = _failures(kept_rows, list(found), len(kept) * len(seeds), spec, by_id)
   meta = {"failures": failures}
   if partial:

@@ -242,7 +242,7 @@ def write_question_index(builder: SpatialBenchmark) -> pathlib.Path:
   index = {}
   for split, source in builder.as_data_source(decoders={"images": _Encoded()}).items():
     index[str(split)] = [
-        {"record": k, "scene_id": _text(source[k]["scene_id"]),
+        {"record": k, "scene_id": stored_text(source[k]["scene_id"]),
          "questions": scene_questions(source[k], k, BENCHMARK_LIMITS)}
         for k in range(len(source))]
   path = pathlib.Path(str(builder.data_path)) / QUESTION_INDEX
@@ -264,7 +264,8 @@ def question_index(name: str, data_dir, split: str = "test") -> list[dict] | Non
     return None
 
 
-def _text(value) -> str:
+def stored_text(value) -> str:
+  """A stored Text field (str, bytes or a 0-d array of either) as str."""
   if isinstance(value, np.ndarray) and value.ndim == 0:
     value = value[()]
   return value.decode("utf-8") if isinstance(value, bytes) else str(value)
