@@ -37,6 +37,16 @@ def resolve(name: str, dtype) -> str:
   return name
 
 
+def write_cache(cache_BxSxKxD: Array, new_BxLxKxD: Array, index: Array) -> Array:
+  """The cache with `new` written at slots [index, index + L): `index` [] for every row, or
+  [B] a slot per row (continuous batching: each row has its own fill)."""
+  new = new_BxLxKxD.astype(cache_BxSxKxD.dtype)
+  if jnp.ndim(index) == 0:
+    return jax.lax.dynamic_update_slice(cache_BxSxKxD, new, (0, index, 0, 0))
+  return jax.vmap(lambda row, x, at: jax.lax.dynamic_update_slice(row, x, (at, 0, 0)))(
+      cache_BxSxKxD, new, index)
+
+
 def einsum_attention(q_BxTxNxD: Array, k_BxSxKxD: Array, v_BxSxKxD: Array,
                      mask_BxTxS: Array) -> Array:
   """Grouped-query attention with float32 scores; masked-out keys get float32's minimum (a

@@ -132,14 +132,18 @@ def _top_p_rows(logits_BxV: Array, top_p_B: Array) -> Array:
 def sample_rows(logits_BxV: Array, key: Array, rows: RowSampling):
   """`sample_token` with each row's own settings (traced): the same tokens and
   log-probabilities as `sample_token` with that row's settings and key. The sort the
-  filters need runs only when some row asks for top-k or top-p."""
+  filters need runs only when some row asks for top-k or top-p. `key`: one for the batch,
+  or [B, 2] a key per row (a row's draws then do not depend on the other rows)."""
   sampled = rows.temperature > 0
   scaled = logits_BxV / jnp.where(sampled, rows.temperature, 1.0)[:, None]
   scaled = jax.lax.cond(jnp.any(sampled & (rows.top_k > 0)), _top_k_rows,
                         lambda x, _: x, scaled, rows.top_k)
   scaled = jax.lax.cond(jnp.any(sampled & (rows.top_p < 1.0)), _top_p_rows,
                         lambda x, _: x, scaled, rows.top_p)
-  drawn = jax.random.categorical(key, scaled, axis=-1)
+  if key.ndim == 2:
+    drawn = jax.vmap(jax.random.categorical)(key, scaled)
+  else:
+    drawn = jax.random.categorical(key, scaled, axis=-1)
   token = jnp.where(sampled, drawn, jnp.argmax(logits_BxV, axis=-1))
   logp = jnp.where(sampled[:, None], jax.nn.log_softmax(scaled, axis=-1),
                    jax.nn.log_softmax(logits_BxV, axis=-1))

@@ -11,7 +11,9 @@ from jaxspatial.serving.engine import Engine, Reply, Sampling
 from jaxspatial.serving.prefix_cache import PrefixCache
 from jaxspatial.serving.prompt import Prompt, PromptBuilder
 from jaxspatial.serving.protocol import APIError, ChatRequest, parse_request
+from jaxspatial.serving.scheduler import QueueFull, Scheduler
 from jaxspatial.serving.server import ChatServer, load_server
 
 __all__ = ["APIError", "Batcher", "ChatRequest", "ChatServer", "Engine", "PrefixCache", "Prompt",
-           "PromptBuilder", "Reply", "Sampling", "load_server", "parse_request"]
+           "PromptBuilder", "QueueFull", "Reply", "Sampling", "Scheduler", "load_server",
+           "parse_request"]

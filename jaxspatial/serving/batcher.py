@@ -19,6 +19,7 @@ import jax
 
 from jaxspatial.serving.engine import Engine, Reply, Sampling
 from jaxspatial.serving.prompt import Prompt
+from jaxspatial.serving.scheduler import QueueFull
 
 
 @dataclasses.dataclass(eq=False)  # compared by identity (queue removal)
@@ -35,10 +36,6 @@ class _Item:
   @property
   def group(self):
     return (self.budget, id(self) if self.seed is not None else None)
-
-
-class QueueFull(RuntimeError):
-  """The batcher holds `max_queue` waiting requests already (the server's 429)."""
 
 
 class Batcher:

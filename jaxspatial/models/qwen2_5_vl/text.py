@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from jaxspatial.models.attention import attention, check_implementation
+from jaxspatial.models.attention import attention, check_implementation, write_cache
 from jaxspatial.models.qwen2_5_vl.config import TextConfig
 from jaxspatial.models.sharding import logical_init
 from jaxspatial.models.qwen2_5_vl.rope import apply_rotary, mrope_cos_sin
@@ -67,8 +67,7 @@ class Attention(nnx.Module):
     v = self.v_proj(x_BxLxC).reshape(b, length, kv, d)
     if cache is not None:
       k_cache, v_cache = cache
-      k = jax.lax.dynamic_update_slice(k_cache, k.astype(k_cache.dtype), (0, index, 0, 0))
-      v = jax.lax.dynamic_update_slice(v_cache, v.astype(v_cache.dtype), (0, index, 0, 0))
+      k, v = write_cache(k_cache, k, index), write_cache(v_cache, v, index)
       cache = (k, v)
     out = attention(q, k, v, mask_BxLxS, self.implementation).reshape(b, length, h * d)
     return self.o_proj(out.astype(x_BxLxC.dtype)), cache
@@ -200,7 +199,8 @@ class TextModel(nnx.Module):
 
   def extend(self, inputs_embeds_BxLxC: Array, position_ids_3xBxL: Array,
              cache_valid_BxS: Array, cache: list, index: Array, residuals=None):
-    """Appends L positions at cache slot `index` and returns (hidden [B, L, C], cache).
+    """Appends L positions at cache slot `index` ([] for every row, or [B] each row's own)
+    and returns (hidden [B, L, C], cache).
 
     `cache_valid_BxS` marks the cache slots that hold real tokens once this segment is
     written (padding stays invalid); each new token attends to valid slots up to its own.
@@ -208,10 +208,12 @@ class TextModel(nnx.Module):
     """
     length = inputs_embeds_BxLxC.shape[1]
     slots = jnp.arange(cache_valid_BxS.shape[1])
-    query_slot = index + jnp.arange(length)
-    mask = (slots[None, :] <= query_slot[:, None])[None] & cache_valid_BxS.astype(bool)[:, None]
-    mask = self.layer_mask(mask, jax.lax.dynamic_slice_in_dim(cache_valid_BxS, index, length,
-                                                              axis=1))
+    rows_index = jnp.broadcast_to(index, cache_valid_BxS.shape[:1])
+    query_slot_BxL = rows_index[:, None] + jnp.arange(length)
+    mask = (slots[None, None] <= query_slot_BxL[..., None]) & cache_valid_BxS.astype(bool)[:, None]
+    segment_valid = jax.vmap(lambda row, at: jax.lax.dynamic_slice_in_dim(row, at, length))(
+        cache_valid_BxS, rows_index)
+    mask = self.layer_mask(mask, segment_valid)
     cos, sin = self.rotary(position_ids_3xBxL)
     x = inputs_embeds_BxLxC
     new_cache = []

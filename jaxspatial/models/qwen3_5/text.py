@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from jaxspatial.models.attention import attention, check_implementation
+from jaxspatial.models.attention import attention, check_implementation, write_cache
 from jaxspatial.models.qwen2_5_vl import text as base
 from jaxspatial.models.qwen2_5_vl.text import MLP, linear
 from jaxspatial.models.qwen3_5 import delta_rule
@@ -89,8 +89,7 @@ class GatedAttention(nnx.Module):
     v = self.v_proj(x_BxLxC).reshape(b, length, kv, d)
     if cache is not None:
       k_cache, v_cache = cache
-      k = jax.lax.dynamic_update_slice(k_cache, k.astype(k_cache.dtype), (0, index, 0, 0))
-      v = jax.lax.dynamic_update_slice(v_cache, v.astype(v_cache.dtype), (0, index, 0, 0))
+      k, v = write_cache(k_cache, k, index), write_cache(v_cache, v, index)
       cache = (k, v)
     out = attention(q, k, v, mask_BxLxS, self.implementation).reshape(b, length, h * d)
     out = out.astype(x_BxLxC.dtype) * jax.nn.sigmoid(gate)

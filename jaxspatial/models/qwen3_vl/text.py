@@ -13,7 +13,7 @@ from __future__ import annotations
 import jax
 from flax import nnx
 
-from jaxspatial.models.attention import attention, check_implementation
+from jaxspatial.models.attention import attention, check_implementation, write_cache
 from jaxspatial.models.qwen2_5_vl import text as base
 from jaxspatial.models.qwen2_5_vl.text import RMSNorm, linear
 from jaxspatial.models.qwen3_vl.config import TextConfig
@@ -50,8 +50,7 @@ class Attention(nnx.Module):
     v = self.v_proj(x_BxLxC).reshape(b, length, kv, d)
     if cache is not None:
       k_cache, v_cache = cache
-      k = jax.lax.dynamic_update_slice(k_cache, k.astype(k_cache.dtype), (0, index, 0, 0))
-      v = jax.lax.dynamic_update_slice(v_cache, v.astype(v_cache.dtype), (0, index, 0, 0))
+      k, v = write_cache(k_cache, k, index), write_cache(v_cache, v, index)
       cache = (k, v)
     out = attention(q, k, v, mask_BxLxS, self.implementation).reshape(b, length, h * d)
     return self.o_proj(out.astype(x_BxLxC.dtype)), cache
