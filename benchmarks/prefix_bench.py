@@ -1,14 +1,15 @@
 """A SpatialClaw-shaped conversation on a jaxspatial policy: each step's prompt is the
-previous one plus the reply and a feedback turn. `serving.PrefixCache` (appends what is
-new to the kept cache; PolicyChat's default) against the baseline, `serving.Engine` over the
-whole prompt every step (PolicyChat before the prefix cache; the batcher's path).
+previous one plus the reply and a feedback turn. `serving.Scheduler` reusing the
+conversation's slot (each step appends what is new; PolicyChat's default) against the
+baseline, the same scheduler prefilling the whole prompt every step (`reuse=False`).
 
     python -m benchmarks.prefix_bench
     python -m benchmarks.prefix_bench --steps 6 --feedback 256   # quicker
 
 Cost on a 2-core CPU: about a minute, most of it compiling. Tiny random Qwen2.5-VL
-(hidden 64, `--layers`), batch 1, greedy, float32; the first prompt holds one 224x224
-image; each step adds the reply (`--reply` tokens, no stop) and `--feedback` text tokens.
+(hidden 64, `--layers`), one conversation, greedy, float32; the first prompt holds one
+224x224 image; each step adds a reply (`--reply` tokens, no stop; not the generated one, so
+each step reuses the slot up to the previous prompt's end) and `--feedback` text tokens.
 Both ways run the conversation once to compile, then once timed. Rows: seconds for all
 steps, prompt tokens run through the model, and the last prompt's length.
 """
@@ -19,14 +20,13 @@ import argparse
 import dataclasses
 import time
 
-import jax
 import numpy as np
 from flax import nnx
 
 from jaxspatial.models.policy import policy_class
 from jaxspatial.models.qwen2_5_vl.config import Qwen25VLConfig
 from jaxspatial.rollout import tiny
-from jaxspatial.serving import Engine, PrefixCache, Prompt, Sampling
+from jaxspatial.serving import Engine, Prompt, Sampling, Scheduler
 
 
 def conversation(image_tokens: int, image_pad_id: int, steps: int, feedback: int, reply: int,
@@ -62,33 +62,31 @@ def main(argv=None):
   model = policy_class("qwen2_5_vl")(tiny.model_config(tok, dataclasses.replace(base, text=text)),
                                      rngs=nnx.Rngs(0))
   image = np.random.default_rng(1).integers(0, 256, (224, 224, 3), dtype=np.uint8)
-  engine = Engine(model, tok, stop_ids=(), batch_buckets=(1,))
+  engine = Engine(model, tok, stop_ids=())
   first, turns = conversation(model.image_tokens(image.shape[:2]), model.config.image_token_id,
                               args.steps, args.feedback, args.reply)
-  key, greedy = jax.random.PRNGKey(0), Sampling()
-
-  def whole(prompt):
-    return engine.generate([prompt], args.reply, greedy, key)[0]
-
+  greedy = Sampling()
+  capacity = 1 << (len(first) + args.steps * (args.reply + args.feedback) + args.reply
+                   ).bit_length()
   rows = {}
-  for name in ("whole prompt", "prefix cache"):
+  for name in ("whole prompt", "slot reuse"):
     for _ in range(2):  # compile, then timed
-      cache = PrefixCache(engine, entries=2)
-      call = whole if name == "whole prompt" else (
-          lambda p, c=cache: c.generate(p, args.reply, greedy, key))
-      seconds, lengths = run(call, first, turns, image)
-    run_tokens = sum(lengths) if name == "whole prompt" else cache.stats()["prefilled_tokens"]
-    rows[name] = (seconds, run_tokens)
+      scheduler = Scheduler(engine, slots=1, capacity=capacity, steps=8,
+                            reuse=name == "slot reuse")
+      seconds, lengths = run(lambda p, s=scheduler: s.generate(p, args.reply, greedy),
+                             first, turns, image)
+      scheduler.close()
+    rows[name] = (seconds, scheduler.stats()["prefilled_tokens"])
   print(f"{args.steps} steps, +{args.feedback} feedback and {args.reply} reply tokens each, "
         f"last prompt {lengths[-1]} tokens; hidden {text.hidden_size}, {args.layers} layers, "
-        "batch 1")
+        "one slot")
   print("| way | seconds (steps) | prompt tokens run | per step |")
   print("|---|---|---|---|")
   for name, (seconds, tokens) in rows.items():
     print(f"| {name} | {seconds:.2f} | {tokens} | {seconds / args.steps * 1e3:.0f} ms |")
-  speedup = rows["whole prompt"][0] / rows["prefix cache"][0]
-  print(f"prefix cache: {speedup:.2f}x the baseline's speed, "
-        f"{rows['whole prompt'][1] / rows['prefix cache'][1]:.1f}x fewer prompt tokens run")
+  speedup = rows["whole prompt"][0] / rows["slot reuse"][0]
+  print(f"slot reuse: {speedup:.2f}x the baseline's speed, "
+        f"{rows['whole prompt'][1] / rows['slot reuse'][1]:.1f}x fewer prompt tokens run")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@ or SIGINT.
 `--checkpoint`: a Hugging Face folder `models.load_policy` reads (Qwen2.5-VL, Qwen3-VL:
 config.json, safetensors, tokenizer with its chat template, generation_config.json's stop
 ids). Serves POST /v1/chat/completions (text and data-URL images, stop sequences,
-temperature / top-p, usage counts; concurrent requests batched) and GET /v1/models,
+temperature / top-p / top-k, seeds, usage counts; concurrent requests continuously
+batched over --max_batch decode slots) and GET /v1/models,
 /health, /stats; the model's name is the folder's (`--name`). Prints the base URL once
 listening (with --port 0, the port it picked): give it to an OpenAI client as base_url,
 or to a run's `judge.url` so this model is its judge. `--api-key-env` names an environment
@@ -34,13 +35,17 @@ _CHECKPOINT = flags.DEFINE_string("checkpoint", None, "the policy's Hugging Face
 _HOST = flags.DEFINE_string("host", "127.0.0.1", "the address to listen on")
 _PORT = flags.DEFINE_integer("port", 8000, "the port (0: a free one)")
 _NAME = flags.DEFINE_string("name", None, "the served model's name (default: the folder's)")
-_MAX_BATCH = flags.DEFINE_integer("max_batch", 8, "requests run as one batch, at most")
-_WINDOW = flags.DEFINE_float("window_ms", 10.0, "how long a request waits for others to "
-                             "batch with")
+_MAX_BATCH = flags.DEFINE_integer("max_batch", 8, "decode slots: requests generated at once "
+                                  "(continuous batching: a freed slot takes the next request)")
+_MAX_CONTEXT = flags.DEFINE_integer("max_context", None, "a slot's tokens, prompt and reply "
+                                    "(each slot's KV cache holds them; default the model's "
+                                    "context, at most 8192)")
+_DECODE_STEPS = flags.DEFINE_integer("decode_steps", 4, "decode steps per program call (a "
+                                     "finished request's slot frees at the call's end)")
 _MAX_QUEUE = flags.DEFINE_integer("max_queue", 256, "requests waiting at most; more get 429 "
                                   "with Retry-After")
-_TIMEOUT = flags.DEFINE_float("request_timeout_s", 600.0, "a request waiting longer gets 503 "
-                              "(dropped unrun if its batch has not started)")
+_TIMEOUT = flags.DEFINE_float("request_timeout_s", 600.0, "a request unanswered longer gets "
+                              "503 and is dropped (its slot freed if it runs)")
 _MAX_TOKENS = flags.DEFINE_integer("default_max_tokens", 512, "new tokens when a request "
                                    "gives no max_tokens")
 _DTYPE = flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "parameters and "
@@ -60,8 +65,8 @@ def main(argv) -> None:
       raise app.UsageError(f"--api_key_env: ${_KEY_ENV.value} is not set")
   try:
     server = load_server(_CHECKPOINT.value, _HOST.value, _PORT.value, _NAME.value,
-                         max_batch=_MAX_BATCH.value, window_s=_WINDOW.value / 1000,
-                         chat_format=_CHAT.value, dtype=_DTYPE.value,
+                         max_batch=_MAX_BATCH.value, max_context=_MAX_CONTEXT.value,
+                         decode_steps=_DECODE_STEPS.value, chat_format=_CHAT.value, dtype=_DTYPE.value,
                          cache_dtype=_DTYPE.value, default_max_tokens=_MAX_TOKENS.value,
                          api_key=key, max_queue=_MAX_QUEUE.value,
                          request_timeout_s=_TIMEOUT.value)

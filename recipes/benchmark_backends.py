@@ -161,16 +161,16 @@ class PolicyBackend:
     from jaxspatial.models.policy import load_policy
     from jaxspatial.serving.engine import Engine
     from jaxspatial.serving.prompt import PromptBuilder
+    from jaxspatial.serving.scheduler import Scheduler
     self.folder = pathlib.Path(folder)
     processor, self.model = load_policy(self.folder, dtype=jnp.dtype(dtype),
                                         param_dtype=jnp.dtype(dtype))
     self.tokenizer = getattr(processor, "tokenizer", processor)
     self.chat = chat_lib.chat_format(chat_format, self.folder, self.tokenizer)
-    buckets = [1]
-    while buckets[-1] < max_batch:
-      buckets.append(min(2 * buckets[-1], max_batch))
-    self.engine = Engine(self.model, self.tokenizer, self.chat.stop_ids(self.tokenizer),
-                         buckets)
+    self.engine = Engine(self.model, self.tokenizer, self.chat.stop_ids(self.tokenizer))
+    # One scheduler for the no-tools answers and the SpatialClaw episodes: `max_batch`
+    # decode slots, continuously refilled.
+    self.scheduler = Scheduler(self.engine, slots=max_batch)
     self.builder = PromptBuilder(self.tokenizer, self.model, self.chat)
     self.temperature, self.answer_tokens = temperature, answer_tokens
     self.rollout_settings = dict(rollout or {})
@@ -179,15 +179,17 @@ class PolicyBackend:
 
   def describe(self) -> dict:
     return {"kind": "checkpoint", "folder": str(self.folder), "temperature": self.temperature,
-            "answer_tokens": self.answer_tokens, "programs": len(self.engine.programs)}
+            "answer_tokens": self.answer_tokens,
+            "programs": self.scheduler.stats()["programs"]}
 
   def check_agent(self, agent, source) -> None:
     _check_geometry(agent, source)
 
   def answers(self, tasks, prompts: list[str], seed: int,
               on_done: Callable[[int, Episode], None] | None = None) -> list[Episode]:
-    """Generations for the prompts, a batch of them at a time; `on_done(row, episode)` for
-    each when the batch ends (sampling keys depend on the batch, so it is one unit)."""
+    """Generations for the prompts, all submitted to the scheduler at once; `on_done(row,
+    episode)` for each as it ends. Row r samples with seed `seed` and r folded in, so its
+    answer does not depend on what ran beside it."""
     # pylint: disable=import-outside-toplevel
     from jaxspatial.serving.engine import Sampling
     from jaxspatial.serving.protocol import local_request
@@ -202,27 +204,28 @@ class PolicyBackend:
                                           {"role": "user", "content": content}])
       built.append(self.builder.build(request))
     sampling = Sampling(temperature=self.temperature)
-    key = jax.random.PRNGKey(seed)
-    out = []
     began = time.perf_counter()
-    for start in range(0, rows, self.engine.max_batch):
-      chunk = built[start:start + self.engine.max_batch]
-      tokens, _ = self.engine.generate(chunk, self.answer_tokens, sampling,
-                                       jax.random.fold_in(key, start))
-      for r, prompt in enumerate(chunk):
-        reply = self.engine.reply(tokens[r], len(prompt.ids), self.answer_tokens)
-        out.append(Episode("", strip_reasoning(reply.text).strip(), views[start + r],
-                           [reply.text], requests=1))
-    for episode in out:
+    futures = [self.scheduler.submit(prompt, self.answer_tokens, sampling,
+                                     seed=(seed * 1_000_003 + r) % (1 << 31))
+               for r, prompt in enumerate(built)]
+    out = []
+    for r, future in enumerate(futures):
+      reply = future.result()
+      episode = Episode("", strip_reasoning(reply.text).strip(), views[r], [reply.text],
+                        requests=1)
       episode.seconds = time.perf_counter() - began
-    return _report(out, on_done)
+      out.append(episode)
+      if on_done is not None:
+        on_done(r, episode)
+    return out
 
   @contextlib.contextmanager
   def chat_model(self, seed: int):
-    """The policy as a host loop's chat model: this backend's engine behind a batcher
-    (concurrent requests run as batches) whose sampling keys start from `seed`."""
+    """The policy as a host loop's chat model on this backend's scheduler (concurrent
+    episodes decode together, each step reusing its episode's slot), its requests' sampling
+    seeded from `seed`."""
     from jaxspatial.agents.backends import PolicyChat  # pylint: disable=import-outside-toplevel
-    chat = PolicyChat.from_engine(self.engine, self.builder, self.name, seed=seed)
+    chat = PolicyChat.from_scheduler(self.scheduler, self.builder, self.name, seed=seed)
     try:
       yield chat
     finally:

@@ -10,13 +10,11 @@ Messages are OpenAI-shaped dicts whose content is a string or a list of parts, t
   goes in the endpoint's `extra_body` (the caller sets it for a whole run).
 - PolicyChat: a jaxspatial policy folder on this machine's devices, through the serving
   path a chat server uses: `serving.PromptBuilder` (the folder's chat template, images
-  resized as its processor does, vision tokens expanded) and `serving.Engine`. By default
-  (`reuse_prefix`) a `serving.PrefixCache` keeps each episode's cache between its steps:
-  a step appends only what is new since the previous prompt (the reply, the feedback, new
-  images) and decodes; requests run one at a time. Without it, a `serving.Batcher` runs
-  the concurrent episodes' requests as batches, each prefilling the whole history. Either
-  way generation runs until the chat format's stop token (or `max_tokens`); the host runs
-  the code between requests.
+  resized as its processor does, vision tokens expanded) and `serving.Scheduler`
+  (continuous batching): concurrent episodes' requests decode together, and by default
+  (`reuse_prefix`) each episode's step goes into the slot its previous step left and
+  appends only what is new (the reply, the feedback, new images). Generation runs until
+  the chat format's stop token (or `max_tokens`); the host runs the code between requests.
 """
 
 from __future__ import annotations
@@ -84,21 +82,13 @@ class EndpointChat:
 
 class PolicyChat:
   """A jaxspatial policy as the loop's model (see the module doc). Build it from a folder
-  (`from_folder`) or from a loaded engine and prompt builder (`from_engine`: a
-  benchmark backend's). `seed` seeds the sampling keys. `cache_entries`: conversations
-  whose caches are kept (a concurrent episode's steps, its plan and sub-queries each hold
-  one; past it the least recently used goes)."""
+  (`from_folder`) or on a benchmark backend's scheduler (`from_scheduler`). `seed` seeds
+  each request's sampling key (the request's number folded in)."""
 
-  def __init__(self, engine, builder, name: str, seed: int = 0, window_s: float = 0.02,
-               reuse_prefix: bool = True, cache_entries: int = 16):
-    # pylint: disable=import-outside-toplevel
-    import jax
-    from jaxspatial.serving.batcher import Batcher
-    from jaxspatial.serving.prefix_cache import PrefixCache
-    self.engine, self.builder, self.name = engine, builder, name
-    self.batcher = None if reuse_prefix else Batcher(engine, window_s=window_s, seed=seed)
-    self.prefix = PrefixCache(engine, entries=cache_entries) if reuse_prefix else None
-    self._key = jax.random.PRNGKey(seed)
+  def __init__(self, scheduler, builder, name: str, seed: int = 0, owns_scheduler: bool = True):
+    self.scheduler, self.builder, self.name = scheduler, builder, name
+    self.engine = scheduler.engine
+    self.seed, self._owns = int(seed), owns_scheduler
     self._requests = 0
     self._closed = False
     self._lock = threading.Lock()
@@ -106,7 +96,8 @@ class PolicyChat:
   @classmethod
   def from_folder(cls, folder, dtype: str = "float32", chat_format: str = "auto",
                   max_batch: int = 8, max_images: int = 128, seed: int = 0,
-                  reuse_prefix: bool = True) -> "PolicyChat":
+                  reuse_prefix: bool = True, capacity: int | None = None) -> "PolicyChat":
+    """`max_batch` decode slots of `capacity` tokens each (default the scheduler's)."""
     # pylint: disable=import-outside-toplevel
     import pathlib
     import jax.numpy as jnp
@@ -114,22 +105,25 @@ class PolicyChat:
     from jaxspatial.models.policy import load_policy
     from jaxspatial.serving.engine import Engine
     from jaxspatial.serving.prompt import PromptBuilder
+    from jaxspatial.serving.scheduler import DEFAULT_CONTEXT, Scheduler
     folder = pathlib.Path(folder)
     processor, model = load_policy(folder, dtype=jnp.dtype(dtype), param_dtype=jnp.dtype(dtype))
     tokenizer = getattr(processor, "tokenizer", processor)
     chat = chat_lib.chat_format(chat_format, folder, tokenizer)
-    engine = Engine(model, tokenizer, chat.stop_ids(tokenizer), batch_buckets(max_batch))
+    engine = Engine(model, tokenizer, chat.stop_ids(tokenizer))
+    scheduler = Scheduler(engine, slots=max_batch, capacity=capacity or DEFAULT_CONTEXT,
+                          seed=seed, reuse=reuse_prefix)
     builder = PromptBuilder(tokenizer, model, chat, max_images=max_images)
-    return cls(engine, builder, folder.name, seed=seed, reuse_prefix=reuse_prefix)
+    return cls(scheduler, builder, folder.name, seed=seed)
 
   @classmethod
-  def from_engine(cls, engine, builder, name: str, max_images: int = 128,
-                  seed: int = 0, reuse_prefix: bool = True) -> "PolicyChat":
-    """A backend's engine with a prompt builder that takes up to `max_images` images."""
+  def from_scheduler(cls, scheduler, builder, name: str, max_images: int = 128,
+                     seed: int = 0) -> "PolicyChat":
+    """On a scheduler the caller owns, with a prompt builder taking `max_images` images."""
     from jaxspatial.serving.prompt import PromptBuilder  # pylint: disable=import-outside-toplevel
     wide = PromptBuilder(builder.tokenizer, builder.model, builder.chat, max_images=max_images,
                          max_image_pixels=builder.max_image_pixels)
-    return cls(engine, wide, name, seed=seed, reuse_prefix=reuse_prefix)
+    return cls(scheduler, wide, name, seed=seed, owns_scheduler=False)
 
   def chat(self, messages: Sequence[dict], temperature: float = 0.0,
            max_tokens: int = 1024) -> str:
@@ -140,35 +134,23 @@ class PolicyChat:
                             temperature=float(temperature))
     prompt = self.builder.build(request)
     sampling = Sampling(temperature=0.0 if request.greedy else request.temperature)
-    if self.batcher is not None:
-      return self.batcher.submit(prompt, int(max_tokens), sampling).result().text
-    import jax  # pylint: disable=import-outside-toplevel
     with self._lock:
       if self._closed:
         raise RuntimeError("PolicyChat is closed")
       self._requests += 1
-      key = jax.random.fold_in(self._key, self._requests)
-    tokens = self.prefix.generate(prompt, int(max_tokens), sampling, key)
-    return self.engine.reply(tokens, len(prompt.ids), int(max_tokens)).text
+      seed = (self.seed * 1_000_003 + self._requests) % (1 << 31)
+    return self.scheduler.generate(prompt, int(max_tokens), sampling, seed=seed).text
 
   def stats(self) -> dict:
-    """The prefix cache's or the batcher's counts (`requests` in both)."""
-    return self.batcher.stats() if self.batcher is not None else self.prefix.stats()
+    """The scheduler's counts (requests, appends: steps that reused their slot, ...)."""
+    return self.scheduler.stats()
 
   def close(self) -> None:
     with self._lock:
       if not self._closed:
         self._closed = True
-        if self.batcher is not None:
-          self.batcher.close()
-
-
-def batch_buckets(max_batch: int) -> list[int]:
-  """1, 2, 4, ... up to max_batch (the engine's batch sizes)."""
-  buckets = [1]
-  while buckets[-1] < max_batch:
-    buckets.append(min(2 * buckets[-1], max_batch))
-  return buckets
+        if self._owns:
+          self.scheduler.close()
 
 
 class ScriptedChat:

@@ -19,11 +19,13 @@ batch and reuse their caches at once.
 
 from __future__ import annotations
 
+import atexit
 import collections
 import concurrent.futures
 import dataclasses
+import hashlib
 import threading
-import time
+import weakref
 
 import jax
 import jax.numpy as jnp
@@ -32,8 +34,29 @@ import numpy as np
 from jaxspatial.models.sampler import RowSampling
 from jaxspatial.serving import slots as slot_programs
 from jaxspatial.serving.engine import Engine, Reply, Sampling, next_power
-from jaxspatial.serving.prefix_cache import image_digest
 from jaxspatial.serving.prompt import Prompt
+
+
+# Schedulers not closed yet: closed at exit, so no worker is torn down mid-call.
+_OPEN: "weakref.WeakSet[Scheduler]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open() -> None:
+  for scheduler in list(_OPEN):
+    scheduler.close()
+
+
+# A slot's tokens by default: every slot holds this many in its KV cache, and decode
+# attends over all of them (launch.serve --max_context sets it).
+DEFAULT_CONTEXT = 8192
+
+
+def image_digest(image: np.ndarray) -> bytes:
+  """An image's identity for prefix matching: its shape, dtype and bytes."""
+  image = np.ascontiguousarray(image)
+  return hashlib.blake2b(repr((image.shape, image.dtype.str)).encode() + image.tobytes(),
+                         digest_size=16).digest()
 
 
 class QueueFull(RuntimeError):
@@ -69,7 +92,8 @@ class Scheduler:
   freed mid-call waits for its end); `reuse`: kept slots serve conversations' next turns.
   At most `max_queue` requests wait (more: QueueFull)."""
 
-  def __init__(self, engine: Engine, slots: int = 8, capacity: int = 4096, steps: int = 4,
+  def __init__(self, engine: Engine, slots: int = 8, capacity: int = DEFAULT_CONTEXT,
+               steps: int = 4,
                seed: int = 0, max_queue: int = 256, min_segment: int = 32,
                reuse: bool = True):
     if slots < 1 or capacity < 2 or steps < 1:
@@ -88,6 +112,7 @@ class Scheduler:
     self._state = None
     self._thread = threading.Thread(target=self._run, name="chat-scheduler", daemon=True)
     self._thread.start()
+    _OPEN.add(self)
 
   @property
   def slots(self) -> int:
@@ -151,6 +176,7 @@ class Scheduler:
       self._stop = True
       self._cond.notify()
     self._thread.join(timeout=30)
+    _OPEN.discard(self)
 
   # --- the worker ------------------------------------------------------------------------
 
@@ -388,4 +414,4 @@ def _right_padded(ids: np.ndarray, length: int, pad_id: int):
   return jnp.asarray(padded), jnp.asarray(mask), jnp.asarray(len(ids), jnp.int32)
 
 
-__all__ = ["QueueFull", "Scheduler"]
+__all__ = ["DEFAULT_CONTEXT", "QueueFull", "Scheduler"]

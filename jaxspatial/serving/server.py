@@ -1,19 +1,20 @@
 """The OpenAI-compatible HTTP server (stdlib ThreadingHTTPServer; a thread per connection
-parses, templates and decodes images, the batcher's one thread runs the policy).
+parses, templates and decodes images, the scheduler's one thread runs the policy).
 
     POST /v1/chat/completions   -> chat.completion (choices[0].message.content,
                                    finish_reason "stop" | "length", usage)
     GET  /v1/models, /v1/models/{name}
     GET  /health                -> {"status": "ok", "model": name}
-    GET  /stats                 -> the batcher's counts (requests, batches, rows, rejected,
-                                   cancelled, waiting, programs) and errors
+    GET  /stats                 -> the scheduler's counts (requests, completed, rejected,
+                                   cancelled, waiting, running, slots, programs) and errors
 
 Errors are OpenAI's {"error": {"message", "type", "param", "code"}}: 400 (malformed JSON,
 a bad field, an unsupported feature, a prompt over the context), 401 (a wrong key, when
 the server has one), 404 (unknown path or model), 411 / 413 (no or too large a body), 429
-(the batcher's queue is full; Retry-After), 500 (generation failed: its exception), 503 (no
-reply within request_timeout_s; Retry-After); the server keeps serving after any of them.
-A waiting request whose client hangs up, or that times out, is dropped before it runs.
+(the scheduler's queue is full; Retry-After), 500 (generation failed: its exception), 503
+(no reply within request_timeout_s; Retry-After); the server keeps serving after any of
+them. A request whose client hangs up, or that times out, is dropped: unrun if it waits,
+its slot freed at once if it runs.
 
     server = load_server("/ckpt/Qwen2.5-VL-3B", port=0).start()
     print(server.url)   # http://127.0.0.1:PORT/v1 : the openai client's base_url
@@ -34,10 +35,10 @@ import urllib.parse
 import uuid
 
 from jaxspatial.serving import images as image_lib
-from jaxspatial.serving.batcher import Batcher, QueueFull
 from jaxspatial.serving.engine import Engine, Sampling
 from jaxspatial.serving.prompt import PromptBuilder
 from jaxspatial.serving.protocol import APIError, invalid, parse_json, parse_request
+from jaxspatial.serving.scheduler import DEFAULT_CONTEXT, QueueFull, Scheduler
 
 MAX_BODY_BYTES = 32 << 20
 WAIT_POLL_S = 0.1  # how often a waiting request checks that its client is still there
@@ -184,17 +185,18 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
 
 class ChatServer:
-  """Serves one policy: `builder` (messages -> prompts), `batcher` (prompts -> replies).
-  `default_max_tokens` when a request gives none (bounded by what the context leaves);
-  `max_context`: prompt plus new tokens; `api_key` (None: none asked)."""
+  """Serves one policy: `builder` (messages -> prompts), `scheduler` (prompts -> replies).
+  `default_max_tokens` when a request gives none (bounded by what the context leaves); the
+  context (prompt plus new tokens) is a scheduler slot's capacity; `api_key` (None: none
+  asked)."""
 
-  def __init__(self, builder: PromptBuilder, batcher: Batcher, model_name: str,
+  def __init__(self, builder: PromptBuilder, scheduler: Scheduler, model_name: str,
                host: str = "127.0.0.1", port: int = 0, default_max_tokens: int = 512,
-               max_context: int = 32768, max_body_bytes: int = MAX_BODY_BYTES,
+               max_body_bytes: int = MAX_BODY_BYTES,
                api_key: str | None = None, request_timeout_s: float = 600.0):
-    self.builder, self.batcher, self.model_name = builder, batcher, model_name
+    self.builder, self.scheduler, self.model_name = builder, scheduler, model_name
     self.host, self.port = host, int(port)
-    self.default_max_tokens, self.max_context = int(default_max_tokens), int(max_context)
+    self.default_max_tokens, self.max_context = int(default_max_tokens), scheduler.capacity
     self.max_body_bytes, self.api_key = int(max_body_bytes), api_key
     self.request_timeout_s = float(request_timeout_s)
     self.created = int(time.time())
@@ -217,7 +219,7 @@ class ChatServer:
   def stats(self) -> dict:
     with self._lock:
       errors = self._errors
-    return {**self.batcher.stats(), "errors": errors}
+    return {**self.scheduler.stats(), "errors": errors}
 
   def complete(self, body: bytes, gone=lambda: False) -> dict:
     """The chat.completion for a request body, or an APIError. `gone()`: whether the
@@ -242,7 +244,7 @@ class ChatServer:
     sampling = (Sampling() if request.greedy
                 else Sampling(request.temperature, request.top_p, request.top_k))
     try:
-      future = self.batcher.submit(prompt, max_tokens, sampling, request.stop, request.seed)
+      future = self.scheduler.submit(prompt, max_tokens, sampling, request.stop, request.seed)
     except QueueFull as error:
       raise APIError(429, f"the server is busy: {error}; retry later", "rate_limit_error",
                      "queue_full", headers=(("Retry-After", "1"),)) from None
@@ -257,7 +259,7 @@ class ChatServer:
 
   def _wait(self, future, gone):
     """The reply, polling the client: a request whose client hung up, or that waited past
-    `request_timeout_s`, is cancelled (dropped unrun if its batch has not started)."""
+    `request_timeout_s`, is cancelled (dropped unrun, or its slot freed if it runs)."""
     start = time.monotonic()
     while True:
       try:
@@ -268,10 +270,9 @@ class ChatServer:
         future.cancel()
         raise ClientGone()
       if time.monotonic() - start > self.request_timeout_s:
-        dropped = future.cancel()
+        future.cancel()
         raise APIError(503, f"no reply within this server's request_timeout_s of "
-                            f"{self.request_timeout_s:g} s"
-                            + ("; the request was dropped unrun" if dropped else ""),
+                            f"{self.request_timeout_s:g} s; the request was dropped",
                        "server_error", "timeout", headers=(("Retry-After", "1"),))
 
   # --- lifecycle -------------------------------------------------------------------------
@@ -298,14 +299,14 @@ class ChatServer:
     return self
 
   def stop(self) -> None:
-    """Stops listening, closes idle keep-alive connections and the batcher."""
+    """Stops listening, closes idle keep-alive connections and the scheduler."""
     if self._server is not None:
       self._server.shutdown()
       self._server.server_close()
       self._server.close_connections()
       self._thread.join(timeout=5)
       self._server = self._thread = None
-    self.batcher.close()
+    self.scheduler.close()
 
   def __enter__(self) -> "ChatServer":
     return self.start()
@@ -322,14 +323,15 @@ def _context_of(model) -> int:
 
 
 def load_server(checkpoint, host: str = "127.0.0.1", port: int = 0,
-                model_name: str | None = None, max_batch: int = 8, window_s: float = 0.01,
-                batch_buckets=None, chat_format: str = "auto", dtype: str = "float32",
-                cache_dtype: str = "float32", max_context: int | None = None, seed: int = 0,
-                min_length: int = 64, min_new_tokens: int = 16, max_queue: int = 256,
-                **options) -> ChatServer:
+                model_name: str | None = None, max_batch: int = 8, chat_format: str = "auto",
+                dtype: str = "float32", cache_dtype: str = "float32",
+                max_context: int | None = None, seed: int = 0, min_length: int = 64,
+                max_queue: int = 256, decode_steps: int = 4, **options) -> ChatServer:
   """A ChatServer (not started) for a Hugging Face checkpoint folder `load_policy` reads.
-  `batch_buckets` (default powers of two up to `max_batch`); `min_length` /
-  `min_new_tokens`: the smallest prompt and new-token buckets; `options`: ChatServer's."""
+  `max_batch`: the scheduler's decode slots (requests generated at once); `max_context`:
+  a slot's tokens, prompt and reply (default the model's context, at most
+  DEFAULT_CONTEXT); `min_length`: the smallest prompt bucket; `decode_steps`: decode steps
+  per program call; `options`: ChatServer's."""
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
   from jaxspatial.models import chat as chat_lib  # pylint: disable=import-outside-toplevel
   from jaxspatial.models.policy import load_policy  # pylint: disable=import-outside-toplevel
@@ -337,15 +339,11 @@ def load_server(checkpoint, host: str = "127.0.0.1", port: int = 0,
   processor, model = load_policy(folder, dtype=jnp.dtype(dtype), param_dtype=jnp.dtype(dtype))
   tokenizer = getattr(processor, "tokenizer", processor)
   chat = chat_lib.chat_format(chat_format, folder, tokenizer)
-  if batch_buckets is None:
-    batch_buckets = [1]
-    while batch_buckets[-1] < max_batch:
-      batch_buckets.append(min(2 * batch_buckets[-1], max_batch))
-  engine = Engine(model, tokenizer, chat.stop_ids(tokenizer), batch_buckets, min_length,
-                  min_new_tokens, cache_dtype)
-  context = max_context or _context_of(model)
+  engine = Engine(model, tokenizer, chat.stop_ids(tokenizer), min_length=min_length,
+                  cache_dtype=cache_dtype)
+  context = max_context or min(_context_of(model), DEFAULT_CONTEXT)
   builder = PromptBuilder(tokenizer, model, chat, max_context=context,
                           max_image_pixels=image_lib.decode_limit(model))
-  return ChatServer(builder, Batcher(engine, window_s, seed, max_queue),
-                    model_name or folder.name,
-                    host, port, max_context=context, **options)
+  scheduler = Scheduler(engine, slots=max_batch, capacity=context, steps=decode_steps,
+                        seed=seed, max_queue=max_queue)
+  return ChatServer(builder, scheduler, model_name or folder.name, host, port, **options)

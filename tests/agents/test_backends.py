@@ -1,5 +1,5 @@
 """SpatialClaw's models: a tiny jaxspatial policy folder (PolicyChat: the serving prompt
-builder and engine behind a batcher) and an OpenAI-compatible endpoint (EndpointChat over
+builder and the continuous-batching scheduler) and an OpenAI-compatible endpoint (EndpointChat over
 real HTTP to a scripted server on loopback) each drive complete episodes through the
 kernel; every feedback block is well formed. The random policy never writes a valid step,
 so its episodes run to the step limit."""
@@ -62,8 +62,8 @@ def policy_folder(tmp_path_factory):
 
 
 def test_tiny_policy_drives_episodes(policy_folder):
-  """Through recipes' PolicyBackend (its engine lent as PolicyChat.from_engine, a batcher
-  seeded per run), as launch.eval --checkpoint runs SpatialClaw."""
+  """Through recipes' PolicyBackend (its scheduler lent as PolicyChat.from_scheduler, seeded
+  per run), as launch.eval --checkpoint runs SpatialClaw."""
   from recipes.benchmark_backends import PolicyBackend  # pylint: disable=import-outside-toplevel
   backend = PolicyBackend(policy_folder, max_batch=2)
   tasks = [EpisodeInput(_frames(seed=k), "Which side? A. left B. right", ("left", "right"),
@@ -81,18 +81,20 @@ def test_tiny_policy_drives_episodes(policy_folder):
     _check_feedback(result, 2)
     assert result.stop == "answer" or len(result.steps) == 2
   assert stats["requests"] == sum(r.requests for r in results)
-  # Each episode's steps after its first append to the cache its previous step left (the
-  # plan has its own prompt: the first step misses).
-  assert stats["hits"] == sum(len(r.steps) - 1 for r in results), (stats, results)
+  # Each episode's steps after its first append to the slot its previous step left (the
+  # plan has its own prompt: the first step misses), while the two episodes decode together.
+  assert stats["appends"] == sum(len(r.steps) - 1 for r in results), (stats, results)
+  assert stats["running"] == 0 and stats["failed"] == 0
   # A folder on its own (no benchmark backend) builds the same way; without prefix reuse
-  # concurrent requests run as batches.
+  # every step prefills its whole history.
   own = PolicyChat.from_folder(policy_folder, max_batch=2, reuse_prefix=False)
   assert own.name == "tiny-policy" and own.builder.max_images == 128
   with ThreadPoolExecutor(2) as pool:
     replies = list(pool.map(lambda q: own.chat([{"role": "user", "content": q}],
                                                max_tokens=8), ["left?", "right?"]))
   assert all(isinstance(r, str) for r in replies)
-  assert own.stats()["requests"] == 2 and own.stats()["failed_batches"] == 0
+  assert own.stats()["requests"] == 2 and own.stats()["completed"] == 2
+  assert own.stats()["appends"] == 0
   own.close()
 
 

@@ -362,7 +362,7 @@ def test_the_demo_checkpoint_exports_and_launch_serve_answers_from_it(tmp_path):
       {"role": "system", "content": DEMO_SYSTEM},
       {"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}},
                                    {"type": "text", "text": QUESTION}]}]}
-  server = load_server(out, "127.0.0.1", 0, window_s=0.0, batch_buckets=(1,)).start()
+  server = load_server(out, "127.0.0.1", 0, max_batch=1, max_context=1024).start()
   try:
     request = urllib.request.Request(server.url + "/chat/completions",
                                      data=json.dumps(body).encode(),

@@ -39,21 +39,26 @@ def policy():
 
 
 @nnx.jit(static_argnames=("config", "grids"))
-def _whole(model, ids, key, config, pixels, grids, sequence_grids):
-  return generate(model, ids, jnp.ones_like(ids, bool), key, config, pixels, grids,
-                  sequence_grids).tokens
+def _whole(model, ids, mask, key, config, pixels, grids, sequence_grids):
+  return generate(model, ids, mask, key, config, pixels, grids, sequence_grids).tokens
 
 
 def _reference(engine, prompt, budget=BUDGET):
-  """The greedy reply to the whole prompt through the sampler, at batch 1."""
+  """The greedy reply to the whole prompt through the sampler at batch 1 (left-padded to a
+  power of two, so prompts share programs)."""
   model = engine.model
   grids = tuple(model.image_grid(image.shape[:2]) for image in prompt.images)
   pixels = engine.pixel_values(prompt.images) if grids else None
   sequence = jnp.asarray([grids], jnp.int32) if grids else None
-  config = SamplingConfig(max_new_tokens=budget, stop_tokens=engine.stop_ids,
+  config = SamplingConfig(max_new_tokens=max(BUDGET, 1 << (budget - 1).bit_length()),
+                          stop_tokens=engine.stop_ids,
                           pad_token=engine.pad_id)
-  tokens = _whole(model, jnp.asarray(prompt.ids)[None], jax.random.PRNGKey(0), config, pixels,
-                  grids, sequence)
+  length = 1 << max(6, (len(prompt.ids) - 1).bit_length())
+  ids = np.full((1, length), engine.pad_id, np.int32)
+  ids[0, length - len(prompt.ids):] = prompt.ids
+  tokens = _whole(model, jnp.asarray(ids), jnp.asarray(ids != engine.pad_id) | (
+      np.arange(length) >= length - len(prompt.ids))[None], jax.random.PRNGKey(0), config,
+                  pixels, grids, sequence)
   return engine.reply(np.asarray(tokens)[0], len(prompt.ids), budget)
 
 
@@ -76,8 +81,10 @@ def _mixed(builder):
   return prompts
 
 
-@pytest.mark.parametrize("family", ["qwen2_5_vl", pytest.param("qwen3_vl", marks=pytest.mark.slow),
-                                    "qwen3_5"])
+# Qwen3.5's hybrid cache runs in the conversation test (restores included); here slow-tests.
+@pytest.mark.parametrize("family", ["qwen2_5_vl",
+                                    pytest.param("qwen3_vl", marks=pytest.mark.slow),
+                                    pytest.param("qwen3_5", marks=pytest.mark.slow)])
 def test_continuous_replies_equal_whole_prompt_generation(family, policy):
   engine, builder = policy if family == "qwen2_5_vl" else _policy(family)
   prompts = _mixed(builder)
@@ -101,7 +108,7 @@ def _conversation(scheduler, engine, builder, seed, rewrite, out):
              {"role": "user", "content": [{"type": "image", "image": _image(seed)},
                                           {"type": "text", "text": "Which chair is closer?"}]}]
   turns = [[{"type": "text", "text": "Step 1 ran: 3 chairs."},
-            {"type": "image", "image": _image(seed + 1)}], "Step 2 ran without output."]
+            {"type": "image", "image": _image(seed + 1)}]]
   for turn in [None] + turns:
     if turn is not None:
       history.append({"role": "user", "content": turn})
@@ -159,14 +166,14 @@ def test_conversations_reuse_their_slots_while_batched(family, policy):
     stats = scheduler.stats()
   finally:
     scheduler.close()
-  assert [len(r) for r in results] == [3, 3, 2]
+  assert [len(r) for r in results] == [2, 2, 2]
   for prompt, reply in sum(results, []):
     assert reply == _reference(engine, prompt)
-  assert stats["prefills"] == 3 and stats["appends"] == 5
+  assert stats["prefills"] == 3 and stats["appends"] == 3
   # Each appended turn ran only its new tokens: every earlier prompt token was reused.
   total = sum(len(p.ids) for p, _ in sum(results, []))
   assert stats["prefilled_tokens"] + stats["reused_tokens"] == total
-  assert stats["reused_tokens"] >= sum(len(r[0][0].ids) + len(r[1][0].ids) for r in results[:2])
+  assert stats["reused_tokens"] >= sum(len(r[0][0].ids) for r in results)
 
 
 def test_sampling_settings_are_data_and_a_cancelled_request_frees_its_slot(policy):

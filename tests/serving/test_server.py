@@ -54,9 +54,7 @@ def served(tmp_path_factory):
   tok.chat_template = chat_templates.INSTRUCT
   save_processor(folder, tok, model)
   stops = chat_templates.write_generation_config(folder, tok)
-  # Batches pad to 1 or 8 rows (two programs per shape). No batching window here: the
-  # concurrency test opens one.
-  server = load_server(folder, window_s=0.0, batch_buckets=(1, 8)).start()
+  server = load_server(folder, max_batch=8, max_context=4096).start()
   client = openai.OpenAI(base_url=server.url, api_key="unused", max_retries=0, timeout=60)
   yield server, client, tok, model, stops, folder
   client.close()
@@ -157,15 +155,14 @@ def test_concurrent_requests_run_as_batches_and_equal_their_solo_replies(served)
                ("chair", "red chair", "sofa", "table", "lamp", "door", "window", "bed")]
   solo = [_ask(client, _user(q)).choices[0].message.content for q in questions]
   before = server.stats()
-  server.batcher.window_s = 0.5  # the 8 requests arrive within it: one batch
-  try:
-    with concurrent.futures.ThreadPoolExecutor(len(questions)) as pool:
-      replies = list(pool.map(lambda q: _ask(client, _user(q)), questions))
-  finally:
-    server.batcher.window_s = 0.0
+  with concurrent.futures.ThreadPoolExecutor(len(questions)) as pool:
+    replies = list(pool.map(lambda q: _ask(client, _user(q)), questions))
   after = server.stats()
   assert after["requests"] - before["requests"] == len(questions)
-  assert after["batches"] - before["batches"] < len(questions)
+  # Run one at a time, the 8 replies would take 8 x 3 decode calls of 4 steps.
+  calls = after["decode_calls"] - before["decode_calls"]
+  assert calls < len(questions) * -(-MAX_TOKENS // 4)
+  assert after["decode_steps"] - before["decode_steps"] > 4 * calls
   assert [r.choices[0].message.content for r in replies] == solo
 
 
@@ -275,34 +272,40 @@ def test_the_served_policy_is_a_judge_for_perception_judge(served):
       client, messages, max_tokens=4).choices[0].message.content
 
 
-def test_a_full_queue_is_a_429_and_a_client_that_hangs_up_is_dropped_unrun(served):
+def test_a_full_queue_is_a_429_and_a_client_that_hangs_up_frees_its_slot(served):
   server, *_ = served
   url = server.url + "/chat/completions"
   good = json.dumps({"model": NAME, "messages": _user("Where is the chair?"),
                      "max_tokens": 4, "temperature": 0}).encode()
-  batcher = server.batcher
-  limit, window = batcher.max_queue, batcher.window_s
+  scheduler = server.scheduler
+  limit = scheduler.max_queue
   try:
-    batcher.max_queue = 0
+    scheduler.max_queue = 0
     request = urllib.request.Request(url, good, {"Content-Type": "application/json"})
     with pytest.raises(urllib.error.HTTPError) as caught:
       urllib.request.urlopen(request, timeout=30)
     assert caught.value.code == 429 and caught.value.headers["Retry-After"] == "1"
     assert "max_queue 0" in json.loads(caught.value.read())["error"]["message"]
-    batcher.max_queue, batcher.window_s = limit, 2.0  # a lone request now waits 2 s
-    before = server.stats()
-    host, port = urllib.parse.urlsplit(server.url).netloc.split(":")
-    with socket.create_connection((host, int(port)), timeout=5) as client:
-      client.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
-                     b"Content-Type: application/json\r\nContent-Length: "
-                     + str(len(good)).encode() + b"\r\n\r\n" + good)
-      time.sleep(0.3)  # then it hangs up
-    deadline = time.monotonic() + 10
-    while server.stats()["cancelled"] == before["cancelled"] and time.monotonic() < deadline:
-      time.sleep(0.1)
-    after = server.stats()
-    assert after["cancelled"] == before["cancelled"] + 1
-    assert after["batches"] == before["batches"] and after["waiting"] == 0
   finally:
-    batcher.max_queue, batcher.window_s = limit, window
+    scheduler.max_queue = limit
+  # A long reply whose client hangs up once it runs: its slot is freed mid-reply.
+  long = json.dumps({"model": NAME, "messages": _user("Describe the room."),
+                     "max_tokens": 3000, "temperature": 0}).encode()
+  before = server.stats()
+  host, port = urllib.parse.urlsplit(server.url).netloc.split(":")
+  with socket.create_connection((host, int(port)), timeout=5) as client:
+    client.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                   b"Content-Type: application/json\r\nContent-Length: "
+                   + str(len(long)).encode() + b"\r\n\r\n" + long)
+    stop = time.monotonic() + 30
+    while server.stats()["running"] == 0 and time.monotonic() < stop:
+      time.sleep(0.02)
+    assert server.stats()["running"] == 1
+  stop = time.monotonic() + 10
+  while server.stats()["cancelled"] == before["cancelled"] and time.monotonic() < stop:
+    time.sleep(0.05)
+  after = server.stats()
+  assert after["cancelled"] == before["cancelled"] + 1 and after["running"] == 0
+  assert after["decode_steps"] - before["decode_steps"] < 3000
+  assert after["completed"] == before["completed"]
   assert _post(url, good)[0] == 200  # and it serves on
