@@ -129,25 +129,35 @@ def _top_p_rows(logits_BxV: Array, top_p_B: Array) -> Array:
   return jnp.where(keep, logits_BxV, -jnp.inf)
 
 
-def sample_rows(logits_BxV: Array, key: Array, rows: RowSampling):
-  """`sample_token` with each row's own settings (traced): the same tokens and
-  log-probabilities as `sample_token` with that row's settings and key. The sort the
-  filters need runs only when some row asks for top-k or top-p. `key`: one for the batch,
-  or [B, 2] a key per row (a row's draws then do not depend on the other rows)."""
+def row_distribution(logits_BxV: Array, rows: RowSampling) -> tuple[Array, Array]:
+  """(the logits each row samples from: tempered, top-k and top-p filtered; their
+  log-probabilities [B, V], a greedy row's the raw logits'). The sort the filters need runs
+  only when some row asks for top-k or top-p."""
   sampled = rows.temperature > 0
   scaled = logits_BxV / jnp.where(sampled, rows.temperature, 1.0)[:, None]
   scaled = jax.lax.cond(jnp.any(sampled & (rows.top_k > 0)), _top_k_rows,
                         lambda x, _: x, scaled, rows.top_k)
   scaled = jax.lax.cond(jnp.any(sampled & (rows.top_p < 1.0)), _top_p_rows,
                         lambda x, _: x, scaled, rows.top_p)
+  logp = jnp.where(sampled[:, None], jax.nn.log_softmax(scaled, axis=-1),
+                   jax.nn.log_softmax(logits_BxV, axis=-1))
+  return scaled, logp
+
+
+def sample_rows(logits_BxV: Array, key: Array, rows: RowSampling, distribution: bool = False):
+  """`sample_token` with each row's own settings (traced): the same tokens and
+  log-probabilities as `sample_token` with that row's settings and key. `key`: one for the
+  batch, or [B, 2] a key per row (a row's draws then do not depend on the other rows).
+  `distribution`: also return the log-probabilities [B, V] the token was drawn from."""
+  scaled, logp = row_distribution(logits_BxV, rows)
   if key.ndim == 2:
     drawn = jax.vmap(jax.random.categorical)(key, scaled)
   else:
     drawn = jax.random.categorical(key, scaled, axis=-1)
-  token = jnp.where(sampled, drawn, jnp.argmax(logits_BxV, axis=-1))
-  logp = jnp.where(sampled[:, None], jax.nn.log_softmax(scaled, axis=-1),
-                   jax.nn.log_softmax(logits_BxV, axis=-1))
-  return token.astype(jnp.int32), jnp.take_along_axis(logp, token[:, None], -1)[:, 0]
+  token = jnp.where(rows.temperature > 0, drawn, jnp.argmax(logits_BxV, axis=-1))
+  token = token.astype(jnp.int32)
+  chosen = jnp.take_along_axis(logp, token[:, None], -1)[:, 0]
+  return (token, chosen, logp) if distribution else (token, chosen)
 
 
 @struct.dataclass

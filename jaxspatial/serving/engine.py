@@ -49,6 +49,11 @@ class Reply:
   finish_reason: str         # "stop" or "length"
   completion_tokens: int
   prompt_tokens: int
+  # The scheduler's: the text's tokens (a stop id left out), each one's log-probability
+  # and, when asked, the most likely tokens' ((id, log-probability), ...) at its step.
+  tokens: tuple = dataclasses.field(default=(), compare=False)
+  logprobs: tuple = dataclasses.field(default=(), compare=False)
+  top_logprobs: tuple = dataclasses.field(default=(), compare=False)
 
 
 # Programs are `jax.jit` over the model's split state (graphdef static, the state an

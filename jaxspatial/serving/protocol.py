@@ -6,11 +6,12 @@ Accepted: `model`, `messages` (roles system / developer / user / assistant / too
 string or a list of parts: {"type": "text", "text"} and {"type": "image_url", "image_url":
 {"url": "data:image/png;base64,..."}}), `max_tokens` / `max_completion_tokens`,
 `temperature` (0..2; below `GREEDY_BELOW` greedy), `top_p` (0..1], `top_k` (vLLM's
-extension; 0: off), `stop` (a string or up to `MAX_STOPS` strings), `seed`, `n` (1 only),
-`stream` (false only), `chat_template_kwargs` (vLLM's extension: keywords for the chat
-template). Refused with a 400 naming them: streaming, n > 1, logprobs, tools / function
-calls, penalties other than 0, response formats other than text. Other fields (user,
-metadata, store, ...) are ignored, as OpenAI-compatible servers do.
+extension; 0: off), `stop` (a string or up to `MAX_STOPS` strings), `seed`, `n` (1 to
+`MAX_N` choices), `stream` and `stream_options.include_usage` (server-sent events in
+OpenAI's chunk format), `logprobs` and `top_logprobs` (0 to 20), `chat_template_kwargs`
+(vLLM's extension: keywords for the chat template). Refused with a 400 naming them: tools /
+function calls, penalties other than 0, logit_bias, response formats other than text. Other
+fields (user, metadata, store, ...) are ignored, as OpenAI-compatible servers do.
 """
 
 from __future__ import annotations
@@ -23,14 +24,13 @@ from typing import Any
 from jaxspatial import strict_json
 
 MAX_STOPS = 4
+MAX_N = 8             # choices per request
+MAX_TOP_LOGPROBS = 20
 MAX_TOP_K = (1 << 31) - 1  # an int32 per row; above the vocabulary it keeps every token
 MAX_STOP_CHARS = 256
 GREEDY_BELOW = 1e-3  # temperatures under it sample greedily (their logits overflow)
 ROLES = ("system", "developer", "user", "assistant", "tool")
 _REFUSED = {  # field -> (the value that is fine, why anything else is refused)
-    "stream": (False, "streaming is not supported: send stream=false"),
-    "logprobs": (False, "logprobs are not supported"),
-    "top_logprobs": (None, "logprobs are not supported"),
     "frequency_penalty": (0, "frequency_penalty is not supported (only 0)"),
     "presence_penalty": (0, "presence_penalty is not supported (only 0)"),
     "tools": (None, "tools are not supported by this server"),
@@ -86,6 +86,11 @@ class ChatRequest:
   stop: tuple[str, ...] = ()
   seed: int | None = None
   chat_template_kwargs: dict = dataclasses.field(default_factory=dict)
+  n: int = 1
+  stream: bool = False
+  include_usage: bool = False        # stream_options.include_usage: a last usage chunk
+  logprobs: bool = False
+  top_logprobs: int = 0
 
   @property
   def greedy(self) -> bool:
@@ -133,6 +138,13 @@ def _integer(obj: dict, name: str, low: int, high: int | None = None):
     raise invalid(f"{name}: expected an integer >= {low}"
                   + (f" and <= {high}" if high is not None else "") + f", got {value}", name)
   return value
+
+
+def _flag(obj: dict, name: str, where: str | None = None) -> bool:
+  value = obj.get(name)
+  if value is not None and not isinstance(value, bool):
+    raise invalid(f"{where or name}: expected true or false, got {value!r:.60}", where or name)
+  return bool(value)
 
 
 def _content(content: Any, where: str) -> tuple:
@@ -219,9 +231,14 @@ def parse_request(obj: Any) -> ChatRequest:
     value = obj.get(name)
     if value is not None and value != fine and not (fine is None and value in ([], "none")):
       raise invalid(f"{name}: {why}; got {value!r:.60}", name)
-  if obj.get("n") is not None and (isinstance(obj["n"], bool) or obj["n"] != 1):
-    raise invalid(f"n: only one choice per request is supported (n=1), got {obj['n']!r:.40}",
-                  "n")
+  stream, logprobs = _flag(obj, "stream"), _flag(obj, "logprobs")
+  options = obj.get("stream_options")
+  if options is not None and (not isinstance(options, dict) or not stream):
+    raise invalid("stream_options: expected an object, with stream=true", "stream_options")
+  include_usage = _flag(options or {}, "include_usage", "stream_options.include_usage")
+  top = _integer(obj, "top_logprobs", 0, MAX_TOP_LOGPROBS) or 0
+  if top and not logprobs:
+    raise invalid("top_logprobs: needs logprobs=true", "top_logprobs")
   format_ = obj.get("response_format")
   if format_ is not None and format_ != {"type": "text"}:
     raise invalid(f"response_format: only {{'type': 'text'}} is supported, got "
@@ -240,7 +257,8 @@ def parse_request(obj: Any) -> ChatRequest:
       top_p=_number(obj, "top_p", 1.0, 0.0, 1.0, low_open=True),
       top_k=0 if obj.get("top_k") == -1 else (_integer(obj, "top_k", 0, MAX_TOP_K) or 0),  # vLLM: -1 off
       stop=_stop(obj.get("stop")), seed=_integer(obj, "seed", -(1 << 63), (1 << 64) - 1),
-      chat_template_kwargs=dict(kwargs))
+      chat_template_kwargs=dict(kwargs), n=_integer(obj, "n", 1, MAX_N) or 1, stream=stream,
+      include_usage=include_usage, logprobs=logprobs, top_logprobs=top)
 
 
 LOCAL_IMAGE = "local-image:"  # the URL an in-process image part stands behind

@@ -47,6 +47,13 @@ def _close_open() -> None:
     scheduler.close()
 
 
+# The most likely tokens a step can report (OpenAI's top_logprobs limit): one decode
+# program computes them for every row when any running request asks.
+TOP_LOGPROBS = 20
+
+# The smallest decode window (slots attention reads; doubling up to the capacity).
+MIN_WINDOW = 256
+
 # A slot's tokens by default: every slot holds this many in its KV cache, and decode
 # attends over all of them (launch.serve --max_context sets it).
 DEFAULT_CONTEXT = 8192
@@ -71,10 +78,12 @@ class _Request:
   stop: tuple
   seed: int | None
   future: concurrent.futures.Future
-  on_tokens: object              # callable(token ids, log-probabilities) or None
+  on_tokens: object              # callable(token ids, log-probabilities, tops) or None
+  top_logprobs: int = 0          # most likely tokens reported per step
   digests: tuple = ()
   tokens: list = dataclasses.field(default_factory=list)
   logprobs: list = dataclasses.field(default_factory=list)
+  tops: list = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass(eq=False)
@@ -130,14 +139,18 @@ class Scheduler:
                        f"exceed a slot's capacity of {self.capacity} tokens")
 
   def submit(self, prompt: Prompt, max_tokens: int, sampling: Sampling = Sampling(),
-             stop=(), seed: int | None = None, on_tokens=None) -> concurrent.futures.Future:
-    """A future of the `Reply`. `on_tokens(ids, logprobs)` is called from the worker with
-    each run of new tokens as they are generated (streaming); cancelling the future drops
-    the request, or frees its slot if it runs."""
+             stop=(), seed: int | None = None, on_tokens=None,
+             top_logprobs: int = 0) -> concurrent.futures.Future:
+    """A future of the `Reply` (its tokens' log-probabilities, and the `top_logprobs` most
+    likely tokens at each step, up to TOP_LOGPROBS). `on_tokens(ids, logprobs, tops)` is
+    called from the worker with each run of new tokens as they are generated (streaming);
+    cancelling the future drops the request, or frees its slot if it runs."""
     self.check(prompt, int(max_tokens))
+    if not 0 <= top_logprobs <= TOP_LOGPROBS:
+      raise ValueError(f"top_logprobs: expected 0 to {TOP_LOGPROBS}, got {top_logprobs}")
     future = concurrent.futures.Future()
     request = _Request(prompt, int(max_tokens), sampling, tuple(stop), seed, future, on_tokens,
-                       tuple(image_digest(image) for image in prompt.images))
+                       int(top_logprobs), tuple(image_digest(image) for image in prompt.images))
     with self._cond:
       if self._stop:
         raise RuntimeError("the scheduler is stopped")
@@ -354,23 +367,34 @@ class Scheduler:
       remaining[i] = request.max_tokens - len(request.tokens)
       s = request.sampling
       temperature[i], top_k[i], top_p[i] = s.temperature, s.top_k, s.top_p
-    self._programs.add(("decode", self.steps))
-    _, tokens, logps, lives = self._call(
+    top = TOP_LOGPROBS if any(request.top_logprobs for _, request in running) else 0
+    # The slots the live rows reach in this call, plus the scratch slot: attention reads
+    # that window, a power of two, not the whole capacity.
+    reach = max(len(self._rows[i].ids) + min(self.steps, int(remaining[i])) for i, _ in running)
+    window = min(next_power(reach + 1, MIN_WINDOW), self.capacity + 1)
+    self._programs.add(("decode", self.steps, top, window))
+    _, tokens, logps, lives, top_logps, top_ids = self._call(
         slot_programs.decode_steps, jnp.asarray(live), jnp.asarray(remaining),
         RowSampling.create(temperature, top_k, top_p), self.steps, self.engine.stop_ids,
-        self.engine.pad_id)
+        self.engine.pad_id, top, window)
     tokens, logps, lives = np.asarray(tokens), np.asarray(logps), np.asarray(lives)
+    top_logps, top_ids = np.asarray(top_logps), np.asarray(top_ids)
     self._counts["decode_calls"] += 1
     self._counts["decode_steps"] += int(lives.sum())
     for i, request in running:
       row = self._rows[i]
       new = tokens[i][lives[i]].tolist()
+      new_logps = logps[i][lives[i]].tolist()
+      k = request.top_logprobs
+      new_tops = [tuple(zip(ids[:k].tolist(), values[:k].tolist())) for ids, values in
+                  zip(top_ids[i][lives[i]], top_logps[i][lives[i]])] if k else [()] * len(new)
       row.ids = np.concatenate([row.ids, np.asarray(new, np.int32)])
       request.tokens += new
-      request.logprobs += logps[i][lives[i]].tolist()
+      request.logprobs += new_logps
+      request.tops += new_tops
       if request.on_tokens is not None and new:
         try:
-          request.on_tokens(new, logps[i][lives[i]].tolist())
+          request.on_tokens(new, new_logps, new_tops)
         except Exception as error:  # pylint: disable=broad-except
           # The consumer failed (a stream's client went away): this request ends.
           with self._cond:
@@ -381,6 +405,12 @@ class Scheduler:
       if self._finished(request):
         reply = self.engine.reply(np.asarray(request.tokens), len(request.prompt.ids),
                                   request.max_tokens, request.stop)
+        n = reply.completion_tokens
+        if n and request.tokens[n - 1] in self.engine.stop_ids:
+          n -= 1  # the stop id is not in the text
+        reply = dataclasses.replace(reply, tokens=tuple(request.tokens[:n]),
+                                    logprobs=tuple(request.logprobs[:n]),
+                                    top_logprobs=tuple(request.tops[:n]))
         with self._cond:
           row.request = None
           self._counts["completed"] += 1
@@ -414,4 +444,4 @@ def _right_padded(ids: np.ndarray, length: int, pad_id: int):
   return jnp.asarray(padded), jnp.asarray(mask), jnp.asarray(len(ids), jnp.int32)
 
 
-__all__ = ["DEFAULT_CONTEXT", "QueueFull", "Scheduler"]
+__all__ = ["DEFAULT_CONTEXT", "QueueFull", "Scheduler", "TOP_LOGPROBS"]

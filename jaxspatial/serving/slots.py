@@ -144,15 +144,45 @@ def append_into(graphdef, params, slots: Slots, row, restore, ids_1xT, mask_1xT,
   return _store(slots, row, state, logits, key, is_positional)
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "steps", "stop_ids", "pad_id"),
+def _window(cache, valid, is_positional, window: int):
+  """The first window - 1 slots and the scratch slot (the last) of every row."""
+  view = lambda x: jnp.concatenate([x[:, :window - 1], x[:, -1:]], axis=1)
+  flat, tree = jax.tree.flatten(cache)
+  return (jax.tree.unflatten(tree, [view(x) if p else x for x, p in zip(flat, is_positional)]),
+          view(valid))
+
+
+def _unwindow(cache, valid, small_cache, small_valid, is_positional, window: int):
+  put = lambda big, small: big.at[:, :window - 1].set(small[:, :window - 1])
+  flat, tree = jax.tree.flatten(cache)
+  small = jax.tree.leaves(small_cache)
+  return (jax.tree.unflatten(tree, [put(x, y) if p else y for x, y, p in
+                                    zip(flat, small, is_positional)]),
+          put(valid, small_valid))
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "steps", "stop_ids", "pad_id", "top",
+                                             "window"),
                    donate_argnames=("slots",))
 def decode_steps(graphdef, params, slots: Slots, live_B, remaining_B, sampling: RowSampling,
-                 steps: int, stop_ids: tuple, pad_id: int):
+                 steps: int, stop_ids: tuple, pad_id: int, top: int = 0, window: int = 0):
   """`steps` decode steps. A row takes a step while live (`live`, budget `remaining` > 0,
   no stop token sampled yet). Returns (slots, tokens [B, steps], log-probabilities
-  [B, steps], live [B, steps]: whether each step was the row's)."""
+  [B, steps], live [B, steps]: whether each step was the row's, the `top` most likely
+  tokens' log-probabilities and ids [B, steps, top] under the distribution each token was
+  drawn from).
+
+  `window` (0: all): the steps run over each row's first window - 1 slots and the scratch
+  slot, where rows that are not live write; every live row's fill plus its steps must stay
+  under window - 1. Attention then reads the window, not the capacity (a program per
+  window: the scheduler's powers of two)."""
   model = nnx.merge(graphdef, params)
   text = model.language_model
+  is_positional = positional(model)
+  full_cache, full_valid = slots.cache, slots.valid
+  window = window or full_valid.shape[1]
+  cache, valid = _window(full_cache, full_valid, is_positional, window)
+  slots = slots.replace(cache=cache, valid=valid)
   rows = jnp.arange(live_B.shape[0])
   stops = jnp.asarray(stop_ids or (-1,), jnp.int32)
   dtype = text.embed_tokens.embedding[...].dtype
@@ -161,9 +191,11 @@ def decode_steps(graphdef, params, slots: Slots, live_B, remaining_B, sampling: 
     slots, live, remaining = carry
     live = live & (remaining > 0)
     split = jax.vmap(jax.random.split)(slots.keys)
-    token, logp = sample_rows(slots.logits, split[:, 1], sampling)
+    token, logp, distribution = sample_rows(slots.logits, split[:, 1], sampling, True)
+    top_logp, top_ids = jax.lax.top_k(distribution, top) if top else (
+        jnp.zeros((token.shape[0], 0)), jnp.zeros((token.shape[0], 0), jnp.int32))
     token = jnp.where(live, token, pad_id)
-    at = slots.next_slot
+    at = jnp.where(live, slots.next_slot, window - 1)  # the scratch slot when not live
     valid = slots.valid.at[rows, at].set(live)
     position = jnp.broadcast_to(slots.next_position[None, :, None], (3, rows.shape[0], 1))
     hidden, cache = text.extend(text.embed_tokens(token[:, None]).astype(dtype), position,
@@ -176,11 +208,16 @@ def decode_steps(graphdef, params, slots: Slots, live_B, remaining_B, sampling: 
                           keys=jnp.where(live[:, None], split[:, 0], slots.keys))
     stopped = jnp.any(token[:, None] == stops[None], axis=-1)
     remaining = jnp.where(stopped, 0, remaining - step_up)
-    return (slots, live, remaining), (token, jnp.where(live, logp, 0.0), live)
+    return (slots, live, remaining), (token, jnp.where(live, logp, 0.0), live, top_logp,
+                                      top_ids)
 
-  (slots, _, _), (tokens, logps, lives) = jax.lax.scan(
+  (slots, _, _), (tokens, logps, lives, top_logps, top_ids) = jax.lax.scan(
       step, (slots, live_B, remaining_B), None, length=steps)
-  return slots, tokens.T, logps.T, lives.T
+  cache, valid = _unwindow(full_cache, full_valid, slots.cache, slots.valid, is_positional,
+                           window)
+  slots = slots.replace(cache=cache, valid=valid)
+  return (slots, tokens.T, logps.T, lives.T, top_logps.transpose(1, 0, 2),
+          top_ids.transpose(1, 0, 2))
 
 
 __all__ = ["Slots", "append_into", "decode_steps", "init_slots", "positional", "prefill_into"]

@@ -35,10 +35,19 @@ def test_a_request_parses_into_the_fields_the_server_uses():
   assert request.messages[2].parts == ()
   defaults = parse_request(_request())
   assert defaults.temperature == 1.0 and not defaults.greedy and defaults.max_tokens is None
+  assert (defaults.n, defaults.stream, defaults.logprobs, defaults.top_logprobs) == (
+      1, False, False, 0)
+  streamed = parse_request(_request(stream=True, stream_options={"include_usage": True}, n=3,
+                                    logprobs=True, top_logprobs=5))
+  assert (streamed.stream, streamed.include_usage, streamed.n, streamed.logprobs,
+          streamed.top_logprobs) == (True, True, 3, True, 5)
 
 
 @pytest.mark.parametrize("fields, words", [
-    ({"n": 3}, "n=1"), ({"stream": True}, "streaming"), ({"logprobs": True}, "logprobs"),
+    ({"n": 9}, "n: expected an integer >= 1 and <= 8"), ({"stream": "yes"}, "stream"),
+    ({"stream_options": {"include_usage": True}}, "with stream=true"),
+    ({"top_logprobs": 3}, "needs logprobs=true"),
+    ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"), ({"logit_bias": {"1": 2}}, "logit_bias"),
     ({"tools": [{"type": "function"}]}, "tools"), ({"presence_penalty": 0.5}, "presence"),
     ({"temperature": -1}, "temperature"), ({"temperature": True}, "temperature"),
     ({"top_p": 0}, "top_p"), ({"max_tokens": 2.5}, "max_tokens"),

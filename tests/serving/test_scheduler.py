@@ -146,7 +146,7 @@ def test_conversations_reuse_their_slots_while_batched(family, policy):
   original = scheduler.submit
   def recording(prompt, max_tokens, *args, **kwargs):  # the tokens each reply wrote
     future = original(prompt, max_tokens, *args,
-                      on_tokens=lambda ids, _: generated.setdefault(prompt.ids.tobytes(),
+                      on_tokens=lambda ids, *_: generated.setdefault(prompt.ids.tobytes(),
                                                                     []).extend(ids), **kwargs)
     return future
   scheduler.submit = recording
@@ -201,7 +201,7 @@ def test_sampling_settings_are_data_and_a_cancelled_request_frees_its_slot(polic
       future.result(timeout=600)
     # A long request, cancelled while it runs, gives its slot back at once.
     started = threading.Event()
-    long = scheduler.submit(prompt, 200, on_tokens=lambda ids, _: started.set())
+    long = scheduler.submit(prompt, 200, on_tokens=lambda *_: started.set())
     assert started.wait(600)
     assert scheduler.stats()["running"] == 1
     assert long.cancel()
@@ -210,7 +210,7 @@ def test_sampling_settings_are_data_and_a_cancelled_request_frees_its_slot(polic
     assert stats["running"] == 0 and stats["cancelled"] == 1
     assert stats["decode_steps"] < 200 + 24 * 7 + 4 * 12 + 20
     # A stream consumer that fails ends its own request; the one beside it completes.
-    def broken(ids, _):
+    def broken(*_):
       raise BrokenPipeError("the client went away")
     bad = scheduler.submit(prompt, 20, on_tokens=broken)
     good = scheduler.submit(prompt, 20)
