@@ -10,7 +10,8 @@ temperature / top-p / top-k, seeds, usage counts; concurrent requests continuous
 batched over --max_batch decode slots) and GET /v1/models,
 /health, /stats; the model's name is the folder's (`--name`). Prints the base URL once
 listening (with --port 0, the port it picked): give it to an OpenAI client as base_url,
-or to a run's `judge.url` so this model is its judge. `--api-key-env` names an environment
+or to a run's `judge.url` so this model is its judge. Each request is logged on stderr (a
+JSON line: id, status, tokens, milliseconds), each error with its message. `--api-key-env` names an environment
 variable holding a key the clients must send (none by default).
 """
 
@@ -22,6 +23,7 @@ from jaxspatial import xla_workarounds
 xla_workarounds.apply()
 # pylint: disable=wrong-import-position
 
+import logging
 import os
 import signal
 import threading
@@ -42,6 +44,8 @@ _MAX_CONTEXT = flags.DEFINE_integer("max_context", None, "a slot's tokens, promp
                                     "context, at most 8192)")
 _DECODE_STEPS = flags.DEFINE_integer("decode_steps", 4, "decode steps per program call (a "
                                      "finished request's slot frees at the call's end)")
+_MAX_CONNECTIONS = flags.DEFINE_integer("max_connections", 1024, "open connections at most "
+                                        "(more get 503)")
 _MAX_QUEUE = flags.DEFINE_integer("max_queue", 256, "requests waiting at most; more get 429 "
                                   "with Retry-After")
 _TIMEOUT = flags.DEFINE_float("request_timeout_s", 600.0, "a request unanswered longer gets "
@@ -58,6 +62,8 @@ _KEY_ENV = flags.DEFINE_string("api_key_env", None, "an environment variable hol
 
 def main(argv) -> None:
   del argv
+  # The access log (a JSON line per request) and the error log, on stderr.
+  logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
   key = None
   if _KEY_ENV.value:
     key = os.environ.get(_KEY_ENV.value)
@@ -69,6 +75,7 @@ def main(argv) -> None:
                          decode_steps=_DECODE_STEPS.value, chat_format=_CHAT.value, dtype=_DTYPE.value,
                          cache_dtype=_DTYPE.value, default_max_tokens=_MAX_TOKENS.value,
                          api_key=key, max_queue=_MAX_QUEUE.value,
+                         max_connections=_MAX_CONNECTIONS.value,
                          request_timeout_s=_TIMEOUT.value)
   except (FileNotFoundError, ValueError) as error:  # a missing or malformed folder: usage
     raise app.UsageError(str(error)) from None

@@ -347,9 +347,10 @@ class Scheduler:
                  key, grids, self.engine.cache_dtype)
       self._counts["prefills"] += 1
     else:
-      self._programs.add(("append", length, grids))
+      window = min(next_power(base + length, MIN_WINDOW), self.capacity + 1)
+      self._programs.add(("append", length, grids, window))
       self._call(slot_programs.append_into, at, jnp.asarray(restore), padded, mask, real,
-                 pixels, sequence_grids, key, grids)
+                 pixels, sequence_grids, key, grids, window)
       self._counts["appends"] += 1
       self._counts["reused_tokens"] += base
     self._counts["prefilled_tokens"] += len(ids) - base

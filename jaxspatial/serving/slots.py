@@ -120,20 +120,25 @@ def prefill_into(graphdef, params, slots: Slots, row, ids_1xL, mask_1xL, real, p
   return _store(slots, row, state, logits, key, positional(model))
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "grids"), donate_argnames=("slots",))
+@functools.partial(jax.jit, static_argnames=("graphdef", "grids", "window"),
+                   donate_argnames=("slots",))
 def append_into(graphdef, params, slots: Slots, row, restore, ids_1xT, mask_1xT, real, pixels,
-                sequence_grids, key, grids) -> Slots:
+                sequence_grids, key, grids, window: int = 0) -> Slots:
   """`row` with a segment (right-padded, `real` tokens) appended to what it holds, or, with
-  `restore`, to its prompt boundary."""
+  `restore`, to its prompt boundary. `window` (0: all): the row's first slots the segment
+  attends over and is written in (its fill plus the padded segment must fit)."""
   model = nnx.merge(graphdef, params)
   is_positional = positional(model)
-  cache = jax.tree.map(lambda big: _row(big, row), slots.cache)
+  window = window or slots.valid.shape[1]
+  flat, tree = jax.tree.flatten(jax.tree.map(lambda big: _row(big, row), slots.cache))
+  cache = jax.tree.unflatten(tree, [x[:, :window] if p else x
+                                    for x, p in zip(flat, is_positional)])
   kept = _recurrent(cache, is_positional)
   snapshot = [_row(leaf, row) for leaf in slots.snapshot]
   cache = _with_recurrent(cache, [jnp.where(restore, s, k) for s, k in zip(snapshot, kept)],
                           is_positional)
   fill = jnp.where(restore, slots.prompt_slot[row], slots.next_slot[row])
-  valid = _row(slots.valid, row) & (jnp.arange(slots.valid.shape[1]) < fill)[None]
+  valid = _row(slots.valid, row)[:, :window] & (jnp.arange(window) < fill)[None]
   position = jnp.where(restore, slots.prompt_position[row], slots.next_position[row])
   state = DecodeState(cache=cache, valid=valid, next_slot=fill, next_position=position[None],
                       last_hidden=jnp.zeros((1, model.config.text.hidden_size), jnp.float32),

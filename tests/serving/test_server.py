@@ -10,6 +10,7 @@ import base64
 import concurrent.futures
 import io
 import json
+import logging
 import socket
 import time
 import urllib.error
@@ -309,3 +310,84 @@ def test_a_full_queue_is_a_429_and_a_client_that_hangs_up_frees_its_slot(served)
   assert after["decode_steps"] - before["decode_steps"] < 3000
   assert after["completed"] == before["completed"]
   assert _post(url, good)[0] == 200  # and it serves on
+
+
+def _streamed(client, messages, **options):
+  """(text per choice, finish reason per choice, the usage chunk's usage) of a stream."""
+  texts, finishes, usage = {}, {}, None
+  for chunk in _ask(client, messages, stream=True, stream_options={"include_usage": True},
+                    **options):
+    if chunk.usage is not None:
+      usage = chunk.usage
+    for choice in chunk.choices:
+      texts[choice.index] = texts.get(choice.index, "") + (choice.delta.content or "")
+      if choice.finish_reason:
+        finishes[choice.index] = choice.finish_reason
+  return texts, finishes, usage
+
+
+def test_a_stream_is_the_reply_and_n_choices_are_their_seeds(served, caplog):
+  _, client, *_ = served
+  messages = _user("Which wall has the window?")
+  whole = _ask(client, messages)
+  texts, finishes, usage = _streamed(client, messages)
+  assert texts == {0: whole.choices[0].message.content}
+  assert finishes == {0: whole.choices[0].finish_reason}
+  assert (usage.prompt_tokens, usage.completion_tokens) == (whole.usage.prompt_tokens,
+                                                            whole.usage.completion_tokens)
+  # A stop string: nothing past it is ever sent.
+  full = whole.choices[0].message.content
+  stop = full[4:7]
+  texts, finishes, _ = _streamed(client, messages, stop=[stop])
+  assert texts == {0: full[:full.find(stop)]} and finishes == {0: "stop"}
+  # n choices: choice i is the reply seeded with seed + i, streamed or not.
+  hot = dict(temperature=1.0, max_tokens=8)
+  singles = [_ask(client, messages, seed=40 + i, **hot).choices[0].message.content
+             for i in range(3)]
+  both = _ask(client, messages, seed=40, n=3, **hot)
+  assert [c.message.content for c in both.choices] == singles
+  assert both.usage.completion_tokens == sum(
+      _ask(client, messages, seed=40 + i, **hot).usage.completion_tokens for i in range(3))
+  texts, _, _ = _streamed(client, messages, seed=40, n=3, **hot)
+  assert [texts[i] for i in range(3)] == singles
+  # Every request was logged: one JSON line each, with its status and tokens.
+  with caplog.at_level(logging.INFO, logger="jaxspatial.serving.access"):
+    _ask(client, messages)
+  line = json.loads(caplog.records[-1].getMessage())
+  assert line["status"] == 200 and line["completion_tokens"] == whole.usage.completion_tokens
+  assert line["id"].startswith("chatcmpl-") and line["ms"] > 0
+
+
+def test_logprobs_are_the_samplers(served):
+  _, client, tok, model, stops, _ = served
+  messages = _user("Is the lamp on?")
+  reply = _ask(client, messages, logprobs=True, top_logprobs=3)
+  ids = tok.encode(tok.apply_chat_template(messages, tokenize=False,
+                                           add_generation_prompt=True),
+                   add_special_tokens=False)
+  out = _reference(model, jnp.asarray([ids], jnp.int32), jax.random.PRNGKey(0),
+                   SamplingConfig(max_new_tokens=MAX_TOKENS, stop_tokens=tuple(stops)))
+  tokens, logprobs = np.asarray(out.tokens)[0], np.asarray(out.logprobs)[0]
+  entries = reply.choices[0].logprobs.content
+  kept = [k for k in range(MAX_TOKENS) if tokens[k] not in stops][:len(entries)]
+  assert len(entries) == len([t for t in tokens[:reply.usage.completion_tokens]
+                              if t not in stops])
+  for entry, k in zip(entries, kept):
+    assert entry.token == tok.decode([int(tokens[k])], skip_special_tokens=True)
+    assert abs(entry.logprob - float(logprobs[k])) < 1e-4
+    tops = entry.top_logprobs
+    assert len(tops) == 3 and tops[0].logprob == entry.logprob  # greedy: the most likely
+    assert tops[0].logprob >= tops[1].logprob >= tops[2].logprob
+  assert _ask(client, messages).choices[0].logprobs is None
+
+
+def test_two_hundred_concurrent_requests_all_succeed(served):
+  server, client, *_ = served
+  before = server.stats()
+  with concurrent.futures.ThreadPoolExecutor(200) as pool:
+    replies = list(pool.map(lambda k: _ask(client, _user(f"Where is chair {k}?"),
+                                           max_tokens=3), range(200)))
+  assert all(r.choices[0].finish_reason in ("stop", "length") for r in replies)
+  after = server.stats()
+  assert after["completed"] - before["completed"] == 200 and after["running"] == 0
+  assert after["errors"] == before["errors"]
