@@ -35,7 +35,8 @@ from jaxspatial.serving import Batcher, Engine, Prompt, Sampling, Scheduler
 
 POLICIES = {"tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2),
             "small": dict(hidden_size=256, intermediate_size=768, num_hidden_layers=4,
-                          num_attention_heads=8, num_key_value_heads=2, head_dim=32)}
+                          num_attention_heads=8, num_key_value_heads=2,
+                          mrope_section=(4, 6, 6))}  # head_dim 32
 
 
 def policy(name: str, tok):

@@ -44,6 +44,10 @@ _MAX_CONTEXT = flags.DEFINE_integer("max_context", None, "a slot's tokens, promp
                                     "context, at most 8192)")
 _DECODE_STEPS = flags.DEFINE_integer("decode_steps", 4, "decode steps per program call (a "
                                      "finished request's slot frees at the call's end)")
+_PREFILL_GB = flags.DEFINE_float("prefill_memory_gb", None, "device memory one prompt's "
+                                  "prefill may take; a prompt needing more gets 400 (default "
+                                  "on an accelerator: 90% of what the weights and the slots "
+                                  "leave; on a CPU unchecked)")
 _MAX_CONNECTIONS = flags.DEFINE_integer("max_connections", 1024, "open connections at most "
                                         "(more get 503)")
 _MAX_QUEUE = flags.DEFINE_integer("max_queue", 256, "requests waiting at most; more get 429 "
@@ -76,6 +80,7 @@ def main(argv) -> None:
                          cache_dtype=_DTYPE.value, default_max_tokens=_MAX_TOKENS.value,
                          api_key=key, max_queue=_MAX_QUEUE.value,
                          max_connections=_MAX_CONNECTIONS.value,
+                         prefill_memory_gb=_PREFILL_GB.value,
                          request_timeout_s=_TIMEOUT.value)
   except (FileNotFoundError, ValueError) as error:  # a missing or malformed folder: usage
     raise app.UsageError(str(error)) from None

@@ -188,11 +188,8 @@ def prefill(model, input_ids_BxL: Array, attention_mask_BxL: Array, capacity: in
                       next_position=jnp.zeros(batch, jnp.int32),
                       last_hidden=jnp.zeros((batch, model.config.text.hidden_size), jnp.float32),
                       last_token=jnp.full(batch, -1, jnp.int32))
-  state, logits = append(model, state, input_ids_BxL, attention_mask_BxL, pixel_values, grids,
-                         sequence_grids_BxKx3, vision, real_length)
-  if real_length is None:
-    return state, logits[:, -1]
-  return state, jax.lax.dynamic_index_in_dim(logits, real_length - 1, 1, keepdims=False)
+  return append(model, state, input_ids_BxL, attention_mask_BxL, pixel_values, grids,
+                sequence_grids_BxKx3, vision, real_length)
 
 
 def prefill_shared(model, prefix_ids_P: Array, batch: int, capacity: int,
@@ -213,7 +210,8 @@ def append(model, state: DecodeState, input_ids_BxT: Array, attention_mask_BxT: 
            sequence_grids_BxKx3: Array | None = None, vision=None,
            real_length: Array | None = None):
   """Writes a segment (text, with images where `grids` says) after what the cache holds,
-  at the right M-RoPE positions. Returns (state, logits [B, T, V]).
+  at the right M-RoPE positions. Returns (state, logits [B, V] of the segment's last
+  position: only it is projected on the vocabulary).
 
   Multi-turn rollouts append each observation this way (its tokens get loss mask 0).
   `real_length` ([] int32): the segment is right-padded and only its first `real_length`
@@ -245,7 +243,7 @@ def append(model, state: DecodeState, input_ids_BxT: Array, attention_mask_BxT: 
   state = DecodeState(cache=cache, valid=valid, next_slot=state.next_slot + written,
                       next_position=next_position, last_hidden=last_hidden.astype(jnp.float32),
                       last_token=last_token.astype(jnp.int32))
-  return state, text.logits(hidden).astype(jnp.float32)
+  return state, text.logits(last_hidden).astype(jnp.float32)
 
 
 def generate(model, input_ids_BxL: Array, attention_mask_BxL: Array, key: Array,

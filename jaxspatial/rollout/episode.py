@@ -469,7 +469,7 @@ def rollout(model, agent, automaton: TokenAutomaton, template: ObservationTempla
       tokens, attention, loss, logprobs = buffers
       buffers = (jax.lax.dynamic_update_slice(tokens, ids, (0, slot)),
                  jax.lax.dynamic_update_slice(attention, mask, (0, slot)), loss, logprobs)
-      return dstate, segment_logits[:, -1], buffers
+      return dstate, segment_logits, buffers
 
     def skip(args):
       # Nobody continues: no compute, but the message's tokens are still laid out (masked)

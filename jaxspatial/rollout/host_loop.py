@@ -55,8 +55,7 @@ def _decode_step(model, dstate, logits, key, turn, k, writing, forced, config):
 @nnx.jit(donate_argnames=("dstate",))
 def _append(model, dstate, ids, mask, images):
   pixels, grids, sequence_grids = _vision_inputs(model, images)
-  dstate, logits = append(model, dstate, ids, mask, pixels, grids, sequence_grids)
-  return dstate, logits[:, -1]
+  return append(model, dstate, ids, mask, pixels, grids, sequence_grids)
 
 
 def _host_fields(agent, grammar, parsed: dict | None) -> tuple[np.ndarray, np.ndarray, bool]:

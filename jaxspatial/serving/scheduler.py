@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxspatial.models.sampler import RowSampling
+from jaxspatial.serving import memory
 from jaxspatial.serving import slots as slot_programs
 from jaxspatial.serving.engine import Engine, Reply, Sampling, next_power
 from jaxspatial.serving.prompt import Prompt
@@ -99,17 +100,20 @@ class Scheduler:
   """Serves prompts of `engine`'s policy by continuous batching over `slots` rows of
   `capacity` tokens (prompt and reply). `steps`: decode steps per program call (a slot
   freed mid-call waits for its end); `reuse`: kept slots serve conversations' next turns.
-  At most `max_queue` requests wait (more: QueueFull)."""
+  At most `max_queue` requests wait (more: QueueFull). `memory_budget`: bytes a prompt's
+  prefill may take (`memory.prefill_bytes`; None: unchecked); a prompt over it is refused
+  at submit."""
 
   def __init__(self, engine: Engine, slots: int = 8, capacity: int = DEFAULT_CONTEXT,
                steps: int = 4,
                seed: int = 0, max_queue: int = 256, min_segment: int = 32,
-               reuse: bool = True):
+               reuse: bool = True, memory_budget: int | None = None):
     if slots < 1 or capacity < 2 or steps < 1:
       raise ValueError(f"Scheduler: slots >= 1, capacity >= 2 and steps >= 1 expected, got "
                        f"slots={slots}, capacity={capacity}, steps={steps}")
     self.engine, self.capacity, self.steps = engine, int(capacity), int(steps)
     self.max_queue, self.min_segment, self.reuse = int(max_queue), int(min_segment), reuse
+    self.memory_budget = memory_budget
     self._rows = [_Slot() for _ in range(int(slots))]
     self._key = jax.random.PRNGKey(seed)
     self._queue: collections.deque[_Request] = collections.deque()
@@ -137,6 +141,17 @@ class Scheduler:
     if len(prompt.ids) + max_tokens > self.capacity:
       raise ValueError(f"the prompt's {len(prompt.ids)} tokens and max_tokens {max_tokens} "
                        f"exceed a slot's capacity of {self.capacity} tokens")
+    if self.memory_budget is not None:
+      bucket = self._segment(len(prompt.ids), 0)
+      model = self.engine.model
+      need = memory.prefill_bytes(model, bucket, tuple(memory.image_patches(model, image.shape)
+                                                       for image in prompt.images),
+                                  self.engine.cache_dtype)
+      if need > self.memory_budget:
+        raise ValueError(f"the prompt's {len(prompt.ids)} tokens (prefilled as {bucket}) and "
+                         f"{len(prompt.images)} images need about {memory.gigabytes(need)} "
+                         f"to prefill, over this server's prefill memory budget of "
+                         f"{memory.gigabytes(self.memory_budget)}")
 
   def submit(self, prompt: Prompt, max_tokens: int, sampling: Sampling = Sampling(),
              stop=(), seed: int | None = None, on_tokens=None,

@@ -46,6 +46,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from jaxspatial.serving import images as image_lib
+from jaxspatial.serving import memory
 from jaxspatial.serving.engine import Engine, Reply, Sampling
 from jaxspatial.serving.prompt import Prompt, PromptBuilder
 from jaxspatial.serving.protocol import (APIError, ChatRequest, invalid, parse_json,
@@ -189,6 +190,10 @@ class ChatServer:
       raise invalid(f"the prompt has {len(prompt.ids)} tokens and {max_tokens} more were "
                     f"asked for: over this server's context of {self.max_context}",
                     "max_tokens", "context_length_exceeded")
+    try:
+      self.scheduler.check(prompt, max_tokens)
+    except ValueError as error:  # past a slot or the prefill memory budget
+      raise invalid(str(error), "messages", "context_length_exceeded") from None
     sampling = (Sampling() if request.greedy
                 else Sampling(request.temperature, request.top_p, request.top_k))
     return _Prepared(request, prompt, max_tokens, sampling)
@@ -504,12 +509,15 @@ def load_server(checkpoint, host: str = "127.0.0.1", port: int = 0,
                 model_name: str | None = None, max_batch: int = 8, chat_format: str = "auto",
                 dtype: str = "float32", cache_dtype: str = "float32",
                 max_context: int | None = None, seed: int = 0, min_length: int = 64,
-                max_queue: int = 256, decode_steps: int = 4, **options) -> ChatServer:
+                max_queue: int = 256, decode_steps: int = 4,
+                prefill_memory_gb: float | None = None, **options) -> ChatServer:
   """A ChatServer (not started) for a Hugging Face checkpoint folder `load_policy` reads.
   `max_batch`: the scheduler's decode slots (requests generated at once); `max_context`:
   a slot's tokens, prompt and reply (default the model's context, at most
   DEFAULT_CONTEXT); `min_length`: the smallest prompt bucket; `decode_steps`: decode steps
-  per program call; `options`: ChatServer's."""
+  per program call; `prefill_memory_gb`: what one prompt's prefill may take (default, on an
+  accelerator: 90% of the memory left once the weights and the slots are in; on a CPU
+  unchecked); `options`: ChatServer's."""
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
   from jaxspatial.models import chat as chat_lib  # pylint: disable=import-outside-toplevel
   from jaxspatial.models.policy import load_policy  # pylint: disable=import-outside-toplevel
@@ -522,6 +530,14 @@ def load_server(checkpoint, host: str = "127.0.0.1", port: int = 0,
   context = max_context or min(_context_of(model), DEFAULT_CONTEXT)
   builder = PromptBuilder(tokenizer, model, chat, max_context=context,
                           max_image_pixels=image_lib.decode_limit(model))
+  budget = None if prefill_memory_gb is None else int(prefill_memory_gb * 1e9)
+  free = memory.free_device_bytes()
+  if budget is None and free is not None:
+    budget = int(0.9 * (free - memory.slot_bytes(model, max_batch, context, cache_dtype)))
+    if budget <= 0:
+      raise ValueError(f"{max_batch} slots of {context} tokens do not fit the device's "
+                       f"{memory.gigabytes(free)} left after the weights: lower --max_batch "
+                       "or --max_context")
   scheduler = Scheduler(engine, slots=max_batch, capacity=context, steps=decode_steps,
-                        seed=seed, max_queue=max_queue)
+                        seed=seed, max_queue=max_queue, memory_budget=budget)
   return ChatServer(builder, scheduler, model_name or folder.name, host, port, **options)

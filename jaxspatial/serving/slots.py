@@ -145,7 +145,6 @@ def append_into(graphdef, params, slots: Slots, row, restore, ids_1xT, mask_1xT,
                       last_token=jnp.full(1, -1, jnp.int32))
   state, logits = append(model, state, ids_1xT, mask_1xT, pixels, grids, sequence_grids,
                          real_length=real)
-  logits = jax.lax.dynamic_index_in_dim(logits, real - 1, 1, keepdims=False)
   return _store(slots, row, state, logits, key, is_positional)
 
 

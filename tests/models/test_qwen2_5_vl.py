@@ -259,7 +259,7 @@ def test_append_an_observation_segment_equals_a_full_forward(checkpoint):
                          per_sequence)
   full = jnp.concatenate([prompt, segment], axis=1)
   full_mask = jnp.concatenate([prompt_mask, jnp.ones_like(segment)], axis=1)
-  expected = model(full, full_mask, pixels, grids, per_sequence)[:, 5:]
+  expected = model(full, full_mask, pixels, grids, per_sequence)[:, -1]
   np.testing.assert_allclose(np.asarray(logits), np.asarray(expected), atol=1e-4, rtol=1e-4)
   assert int(state.next_slot) == 15
 

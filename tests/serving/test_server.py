@@ -391,3 +391,20 @@ def test_two_hundred_concurrent_requests_all_succeed(served):
   after = server.stats()
   assert after["completed"] - before["completed"] == 200 and after["running"] == 0
   assert after["errors"] == before["errors"]
+
+
+def test_a_prompt_whose_prefill_passes_the_memory_budget_is_a_400_and_the_server_serves_on(
+    served):
+  """The poison case: a long prompt the device could not prefill is refused before any
+  allocation (launch.serve's --prefill_memory_gb; here a budget fit for 256 tokens)."""
+  server, client, *_ = served
+  from jaxspatial.serving import memory  # pylint: disable=import-outside-toplevel
+  scheduler = server.scheduler
+  scheduler.memory_budget = memory.prefill_bytes(server.engine.model, 256)
+  try:
+    with pytest.raises(openai.BadRequestError, match="prefill memory budget"):
+      _ask(client, _user("Where is the chair? " * 150))
+  finally:
+    scheduler.memory_budget = None
+  assert _ask(client, _user("Where is the chair?")).choices[0].finish_reason in ("stop",
+                                                                                  "length")
