@@ -214,6 +214,8 @@ def append(model, state: DecodeState, input_ids_BxT: Array, attention_mask_BxT: 
   position: only it is projected on the vocabulary).
 
   Multi-turn rollouts append each observation this way (its tokens get loss mask 0).
+  `grids`: the images' patch grids (static); with `vision` (the encoder's output) given,
+  only whether it is empty matters (the tokens and `sequence_grids` are data).
   `real_length` ([] int32): the segment is right-padded and only its first `real_length`
   positions count; the next write starts after them (over the padding, so padding costs
   no cache slots) and the state's last token and hidden state are position

@@ -52,6 +52,9 @@ def _close_open() -> None:
 # program computes them for every row when any running request asks.
 TOP_LOGPROBS = 20
 
+# The smallest vision-token bucket of a request's images.
+MIN_VISION_TOKENS = 64
+
 # The smallest decode window (slots attention reads; doubling up to the capacity).
 MIN_WINDOW = 256
 
@@ -343,29 +346,49 @@ class Scheduler:
     return key
 
   def _vision(self, images):
+    """(vision tokens of the images in order, padded to a power of two; their grids
+    [1, K, 3], K padded to a power of two by repeating; the bucket) or Nones: data to the
+    prefill, so image sizes compile only their encoder."""
     if not images:
       return None, None, ()
-    grids = tuple(self.engine.model.image_grid(image.shape[:2]) for image in images)
-    return self.engine.pixel_values(images), jnp.asarray([grids], jnp.int32), grids
+    graphdef, params = self.engine.split
+    model = self.engine.model
+    grids = [model.image_grid(image.shape[:2]) for image in images]
+    encoded = []
+    for image, grid in zip(images, grids):
+      self._programs.add(("encode", grid))
+      encoded.append(slot_programs.encode_image(graphdef, params,
+                                                self.engine.pixel_values([image]), grid))
+    counts = [tokens.tokens_NxC.shape[0] for tokens in encoded]
+    width = next_power(sum(counts), MIN_VISION_TOKENS)
+    buffer = jax.tree.map(lambda t: jnp.zeros(t.shape[:-2] + (width,) + t.shape[-1:], t.dtype),
+                          encoded[0])
+    offset = 0
+    for tokens, count in zip(encoded, counts):
+      buffer = slot_programs.write_tokens(buffer, tokens, jnp.int32(offset))
+      offset += count
+    k = next_power(len(grids), 1)
+    padded = grids + [grids[-1]] * (k - len(grids))
+    return buffer, jnp.asarray([padded], jnp.int32), (width, k)
 
   def _fill(self, index: int, row: _Slot, request: _Request, base: int, restore: bool):
     ids = np.asarray(request.prompt.ids, np.int32)
     key = self._key_for(request)
     kept_images = len(row.digests) if base else 0
-    pixels, sequence_grids, grids = self._vision(request.prompt.images[kept_images:])
+    vision, sequence_grids, bucket = self._vision(request.prompt.images[kept_images:])
     length = self._segment(len(ids), base)
     padded, mask, real = _right_padded(ids[base:], length, self.engine.pad_id)
     at = jnp.asarray(index, jnp.int32)
     if base == 0:
-      self._programs.add(("prefill", length, grids))
-      self._call(slot_programs.prefill_into, at, padded, mask, real, pixels, sequence_grids,
-                 key, grids, self.engine.cache_dtype)
+      self._programs.add(("prefill", length, bucket))
+      self._call(slot_programs.prefill_into, at, padded, mask, real, vision, sequence_grids,
+                 key, self.engine.cache_dtype)
       self._counts["prefills"] += 1
     else:
       window = min(next_power(base + length, MIN_WINDOW), self.capacity + 1)
-      self._programs.add(("append", length, grids, window))
+      self._programs.add(("append", length, bucket, window))
       self._call(slot_programs.append_into, at, jnp.asarray(restore), padded, mask, real,
-                 pixels, sequence_grids, key, grids, window)
+                 vision, sequence_grids, key, window)
       self._counts["appends"] += 1
       self._counts["reused_tokens"] += base
     self._counts["prefilled_tokens"] += len(ids) - base

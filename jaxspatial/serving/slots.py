@@ -1,9 +1,12 @@
 """Continuous batching's device side: a fixed number of decode slots (rows of one KV cache),
 each with its own fill, and the fixed programs that act on them.
 
-  prefill_into   a right-padded prompt (a program per prompt-length bucket and image grids)
-                 prefilled into a fresh cache of its bucket's length, then copied into one
-                 row; the row's other slots turn invalid
+  encode_image   one image's vision tokens (a program per image grid: the vision encoder
+                 per image size), written into a request's token buffer (`write_tokens`)
+  prefill_into   a right-padded prompt (a program per prompt-length bucket and vision-token
+                 and image-count bucket: the tokens enter as data, whatever the images'
+                 sizes) prefilled into a fresh cache of its bucket's length, then copied into
+                 one row; the row's other slots turn invalid
   append_into    a segment appended to a kept row (a conversation's next turn: what is new
                  since the cache's content), optionally after restoring the row to its
                  prompt boundary (the reply it generated dropped)
@@ -29,6 +32,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx, struct
 
+from jaxspatial.models.policy import VisionOutput
 from jaxspatial.models.sampler import DecodeState, RowSampling, append, prefill, sample_rows
 
 Array = jax.Array
@@ -109,21 +113,39 @@ def _store(slots: Slots, row, state: DecodeState, logits_1xV, key, is_positional
                snapshot=snapshot)
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "grids", "dtype"),
-                   donate_argnames=("slots",))
-def prefill_into(graphdef, params, slots: Slots, row, ids_1xL, mask_1xL, real, pixels,
-                 sequence_grids, key, grids, dtype) -> Slots:
-  """`row` holding a fresh prompt (right-padded to its bucket, `real` tokens)."""
+# What `grids` says to the sampler when the vision tokens come as data: there are images.
+_IMAGES = (True,)
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "grid"))
+def encode_image(graphdef, params, pixels, grid) -> VisionOutput:
+  """The vision tokens (and DeepStack features) of one image of patch grid `grid`."""
+  return nnx.merge(graphdef, params).encode_images(pixels, (grid,))
+
+
+@functools.partial(jax.jit, donate_argnames=("buffer",))
+def write_tokens(buffer: VisionOutput, tokens: VisionOutput, offset) -> VisionOutput:
+  """`buffer` (a request's vision tokens, padded to a bucket) with `tokens` at `offset`."""
+  put = lambda b, t: jax.lax.dynamic_update_slice_in_dim(b, t.astype(b.dtype), offset, axis=-2)
+  return jax.tree.map(put, buffer, tokens)
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "dtype"), donate_argnames=("slots",))
+def prefill_into(graphdef, params, slots: Slots, row, ids_1xL, mask_1xL, real, vision,
+                 sequence_grids, key, dtype) -> Slots:
+  """`row` holding a fresh prompt (right-padded to its bucket, `real` tokens); `vision`:
+  its images' tokens in order (None: none), `sequence_grids` [1, K, 3] their grids, both
+  padded to buckets."""
   model = nnx.merge(graphdef, params)
-  state, logits = prefill(model, ids_1xL, mask_1xL, ids_1xL.shape[1], jnp.dtype(dtype), pixels,
-                          grids, sequence_grids, real_length=real)
+  state, logits = prefill(model, ids_1xL, mask_1xL, ids_1xL.shape[1], jnp.dtype(dtype), None,
+                          _IMAGES if vision is not None else (), sequence_grids, vision,
+                          real_length=real)
   return _store(slots, row, state, logits, key, positional(model))
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "grids", "window"),
-                   donate_argnames=("slots",))
-def append_into(graphdef, params, slots: Slots, row, restore, ids_1xT, mask_1xT, real, pixels,
-                sequence_grids, key, grids, window: int = 0) -> Slots:
+@functools.partial(jax.jit, static_argnames=("graphdef", "window"), donate_argnames=("slots",))
+def append_into(graphdef, params, slots: Slots, row, restore, ids_1xT, mask_1xT, real, vision,
+                sequence_grids, key, window: int = 0) -> Slots:
   """`row` with a segment (right-padded, `real` tokens) appended to what it holds, or, with
   `restore`, to its prompt boundary. `window` (0: all): the row's first slots the segment
   attends over and is written in (its fill plus the padded segment must fit)."""
@@ -143,7 +165,8 @@ def append_into(graphdef, params, slots: Slots, row, restore, ids_1xT, mask_1xT,
   state = DecodeState(cache=cache, valid=valid, next_slot=fill, next_position=position[None],
                       last_hidden=jnp.zeros((1, model.config.text.hidden_size), jnp.float32),
                       last_token=jnp.full(1, -1, jnp.int32))
-  state, logits = append(model, state, ids_1xT, mask_1xT, pixels, grids, sequence_grids,
+  state, logits = append(model, state, ids_1xT, mask_1xT, None,
+                         _IMAGES if vision is not None else (), sequence_grids, vision,
                          real_length=real)
   return _store(slots, row, state, logits, key, is_positional)
 
@@ -224,4 +247,5 @@ def decode_steps(graphdef, params, slots: Slots, live_B, remaining_B, sampling: 
           top_ids.transpose(1, 0, 2))
 
 
-__all__ = ["Slots", "append_into", "decode_steps", "init_slots", "positional", "prefill_into"]
+__all__ = ["Slots", "append_into", "decode_steps", "encode_image", "init_slots", "positional",
+           "prefill_into", "write_tokens"]

@@ -176,22 +176,35 @@ def test_conversations_reuse_their_slots_while_batched(family, policy):
   assert stats["reused_tokens"] >= sum(len(r[0][0].ids) for r in results)
 
 
-def test_sampling_settings_are_data_and_a_cancelled_request_frees_its_slot(policy):
+def _compiled():
+  """Programs compiled so far, the serving programs' caches summed."""
+  return sum(program._cache_size() for program in (  # pylint: disable=protected-access
+      slot_programs.decode_steps, slot_programs.prefill_into, slot_programs.encode_image,
+      slot_programs.write_tokens))
+
+
+def test_sampling_settings_and_image_sizes_are_data_and_a_cancel_frees_its_slot(policy):
   engine, builder = policy
   prompt = _mixed(builder)[0]
+  sizes = [(56, 56), (56, 112), (112, 56), (112, 112), (84, 140)]
+  pictures = [_prompt(builder, [{"role": "user", "content": [
+      {"type": "image", "image": _image(k, size)}, {"type": "text", "text": "Which?"}]}])
+              for k, size in enumerate(sizes)]
+  assert len({p.images[0].shape for p in pictures}) == 5
   scheduler = Scheduler(engine, slots=2, capacity=256, steps=2)
   try:
-    scheduler.generate(prompt, 4)  # warm-up: the prefill bucket and the decode program
-    compiled = (slot_programs.decode_steps._cache_size(),  # pylint: disable=protected-access
-                slot_programs.prefill_into._cache_size())  # pylint: disable=protected-access
+    for picture in pictures:  # warm-up: each image size's encoder, the prefill, the decode
+      scheduler.generate(picture, 2)
+    scheduler.generate(prompt, 2)
+    compiled = _compiled()
     settings = [Sampling(t, p, k) for t in (0.0, 0.5, 1.3) for p in (1.0, 0.9)
                 for k in (0, 1, 7, 50)]
-    futures = [scheduler.submit(prompt, 3 + i % 5, s, seed=i) for i, s in enumerate(settings)]
+    futures = [scheduler.submit(pictures[i % 5], 2 + i % 3, s, seed=i)
+               for i, s in enumerate(settings)]
     assert len(settings) == 24
     for future in futures:
       assert future.result(timeout=600).completion_tokens >= 1
-    assert (slot_programs.decode_steps._cache_size(),  # pylint: disable=protected-access
-            slot_programs.prefill_into._cache_size()) == compiled  # pylint: disable=protected-access
+    assert _compiled() == compiled, scheduler.stats()["program_list"]
     # A seeded request draws the same tokens whatever runs beside it.
     hot = Sampling(1.0)
     alone = scheduler.generate(prompt, 12, hot, seed=7)
@@ -208,7 +221,7 @@ def test_sampling_settings_are_data_and_a_cancelled_request_frees_its_slot(polic
     assert scheduler.generate(prompt, 3).completion_tokens == 3
     stats = scheduler.stats()
     assert stats["running"] == 0 and stats["cancelled"] == 1
-    assert stats["decode_steps"] < 200 + 24 * 7 + 4 * 12 + 20
+    assert stats["decode_steps"] < 200 + 24 * 4 + 4 * 12 + 20
     # A stream consumer that fails ends its own request; the one beside it completes.
     def broken(*_):
       raise BrokenPipeError("the client went away")
