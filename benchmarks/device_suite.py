@@ -38,6 +38,10 @@ is printed at the end.
             on them) and cache, Qwen3.5-9B's hybrid decoder against Qwen2.5-VL-7B's KV
             decoder (benchmarks/sampler_bench.py's rows at the papers' shapes): tokens per
             second and cache bytes per episode. Last, and only rows that fit the budget
+  serving   benchmarks/serving_bench.py on the device: 32 requests at once (prompts 64-1,024
+            tokens, replies 8-256) on its small policy, the continuous scheduler against
+            the static batcher: tokens per second, p50 / p99 latency, peak memory; only
+            with `serving_s` of budget left
             (each a compile of about a minute): `--parts decode --budget-s 250` as a second
             call measures them all
 On an accelerator the rollout's set-up and every compile run on a worker thread beside
@@ -88,7 +92,7 @@ from jaxspatial.train import (AdvantageConfig, OptimizerConfig, StepConfig, Trai
 # rollout/episode.py), and main() sets the platform and the backend's flags first.
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-PARTS = ("versions", "pitfalls", "renderer", "rollout", "train", "decode")
+PARTS = ("versions", "pitfalls", "renderer", "rollout", "train", "decode", "serving")
 QWEN_3B_VOCAB = 151936
 
 # Workaround of the f32 scatter-add CAS loop (jax-ml/jax#38806, root-cause comment of
@@ -151,6 +155,12 @@ class Sizes:
   decode_contexts: tuple[int, ...] = (4096, 16384, 24576)
   decode_repeats: int = 2
   decode_row_s: float = 60.0       # a row starts only with this much budget left
+  serving_policy: str = "small"    # benchmarks/serving_bench.py's policies
+  serving_requests: int = 32
+  serving_prompts: tuple[int, int] = (64, 1024)
+  serving_replies: tuple[int, int] = (8, 256)
+  serving_slots: int = 8
+  serving_s: float = 60.0          # the part starts only with this much budget left
 
   @classmethod
   def full(cls) -> "Sizes":
@@ -177,7 +187,9 @@ class Sizes:
         train_micro_batches=2, train_repeats=1, embed_vocab=4096,
         embed_hidden=64, embed_tokens=2048, embed_distinct_ids=8, segment_rows=2048,
         segment_columns=32, segment_count=100, pitfall_repeats=2, decode_policy="tiny",
-        decode_contexts=(64, 256), decode_repeats=1, decode_row_s=5.0)
+        decode_contexts=(64, 256), decode_repeats=1, decode_row_s=5.0,
+        serving_policy="tiny", serving_requests=4, serving_prompts=(64, 128),
+        serving_replies=(4, 16), serving_slots=2, serving_s=5.0)
 
 
 class Clock:
@@ -726,6 +738,31 @@ def decode_part(entry: dict, sizes: Sizes, clock: Clock, report: Report) -> None
     del model
 
 
+def serving_part(entry: dict, sizes: Sizes, clock: Clock, report: Report) -> None:
+  # pylint: disable=import-outside-toplevel
+  import types
+  from benchmarks import serving_bench
+  from jaxspatial.rollout import tiny
+  if clock.left() < sizes.serving_s:
+    entry.setdefault("skipped", []).append("serving: out of budget")
+    return
+  tok = tiny.tokenizer()
+  load = types.SimpleNamespace(requests=sizes.serving_requests,
+                               min_prompt=sizes.serving_prompts[0],
+                               max_prompt=sizes.serving_prompts[1],
+                               min_reply=sizes.serving_replies[0],
+                               max_reply=sizes.serving_replies[1])
+  rows = serving_bench.compare(serving_bench.policy(sizes.serving_policy, tok), tok,
+                               serving_bench.load(load), sizes.serving_slots,
+                               sizes.serving_prompts[1] + sizes.serving_replies[1], 8)
+  entry["rows"] = [dict(engine=way, policy=sizes.serving_policy, **row)
+                   for way, row in rows.items()]
+  ratio = rows["continuous"]["tokens_s"] / rows["static batcher"]["tokens_s"]
+  entry["continuous_over_static"] = ratio
+  log(clock, f"serving: continuous {ratio:.2f}x the static batcher's tokens/s")
+  report.save()
+
+
 # ---------------------------------------------------------------------------------------
 # rollout and train
 
@@ -1180,7 +1217,7 @@ def markdown_table(columns, rows) -> str:
 def print_tables(report: dict) -> None:
   """One Markdown table per part; a table that fails to format is named, not raised."""
   for section in (_summary_table, _versions_table, _pitfalls_tables, _renderer_tables,
-                  _rollout_table, _train_table, _decode_table):
+                  _rollout_table, _train_table, _decode_table, _serving_table):
     try:
       section(report)
     except Exception as exc:  # pylint: disable=broad-except
@@ -1293,6 +1330,16 @@ def _decode_table(report: dict) -> None:
 # ---------------------------------------------------------------------------------------
 
 
+def _serving_table(report: dict) -> None:
+  rows = report.get("serving", {}).get("rows")
+  if rows:
+    print("\n### serving: continuous batching against the static batcher\n")
+    print(markdown_table([("engine", "engine", ""), ("policy", "policy", ""),
+                          ("tokens/s", "tokens_s", ".0f"), ("p50 s", "p50", ".2f"),
+                          ("p99 s", "p99", ".2f"), ("peak MiB", "mib", ".0f")],
+                         [{**r, "mib": (r["peak"] or 0) / 2 ** 20} for r in rows]))
+
+
 def start_watchdog(report: Report, clock: Clock, deadline_s: float) -> threading.Timer:
   """At the deadline: mark the running part, write the report, print the tables, exit."""
   def fire():
@@ -1390,6 +1437,8 @@ def main(argv=None) -> None:
     run_part("rollout", bench.later_sizes, report, clock)
   if "decode" in args.parts:
     run_part("decode", lambda e: decode_part(e, sizes, clock, report), report, clock)
+  if "serving" in args.parts:
+    run_part("serving", lambda e: serving_part(e, sizes, clock, report), report, clock)
   report.data["meta"]["elapsed_s"] = clock.elapsed()
   report.save()
   print_tables(report.data)

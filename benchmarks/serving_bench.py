@@ -108,6 +108,24 @@ def measure(name: str, make, requests) -> dict:
     engine.close()
 
 
+def compare(model, tok, requests, slots: int, capacity: int, decode_steps: int) -> dict:
+  """{"static batcher": row, "continuous": row} for one policy on one load (each row:
+  tokens_s, p50, p99, wall, peak, tokens)."""
+  buckets = [1]
+  while buckets[-1] < slots:
+    buckets.append(min(2 * buckets[-1], slots))
+  rows = {}
+  for way in ("static batcher", "continuous"):
+    engine = Engine(model, tok, stop_ids=(), batch_buckets=buckets)
+    if way == "static batcher":
+      make = lambda e=engine: _Static(Batcher(e, window_s=0.01, max_queue=len(requests)))
+    else:
+      make = lambda e=engine: Scheduler(e, slots=slots, capacity=capacity, steps=decode_steps,
+                                        max_queue=len(requests))
+    rows[way] = measure(way, make, requests)
+  return rows
+
+
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
   parser.add_argument("--policies", default="tiny,small", help="comma-separated: tiny, small")
@@ -122,10 +140,6 @@ def main(argv=None):
   args = parser.parse_args(argv)
   tok = tiny.tokenizer()
   requests = load(args)
-  capacity = args.max_prompt + args.max_reply
-  buckets = [1]
-  while buckets[-1] < args.slots:
-    buckets.append(min(2 * buckets[-1], args.slots))
   print(f"{args.requests} requests at once: prompts {args.min_prompt}-{args.max_prompt} "
         f"tokens (log-uniform), replies {args.min_reply}-{args.max_reply} (uniform, no stop); "
         f"{args.slots} rows; {jax.devices()[0].platform}", flush=True)
@@ -133,16 +147,9 @@ def main(argv=None):
         "peak memory (MB) |")
   print("|---|---|---|---|---|---|---|")
   for name in args.policies.split(","):
-    model = policy(name, tok)
-    rows = {}
-    for way in ("static batcher", "continuous"):
-      engine = Engine(model, tok, stop_ids=(), batch_buckets=buckets)
-      if way == "static batcher":
-        make = lambda e=engine: _Static(Batcher(e, window_s=0.01, max_queue=args.requests))
-      else:
-        make = lambda e=engine: Scheduler(e, slots=args.slots, capacity=capacity,
-                                          steps=args.decode_steps, max_queue=args.requests)
-      rows[way] = row = measure(way, make, requests)
+    rows = compare(policy(name, tok), tok, requests, args.slots,
+                   args.max_prompt + args.max_reply, args.decode_steps)
+    for way, row in rows.items():
       peak = f"{row['peak'] / 2**20:.0f}" if row["peak"] else "n/a"
       print(f"| {name} | {way} | {row['tokens_s']:.0f} | {row['p50']:.2f} | "
             f"{row['p99']:.2f} | {row['wall']:.1f} | {peak} |", flush=True)

@@ -180,3 +180,12 @@ def test_decode(report):
   assert kv.startswith("qwen2_5_vl") and hybrid.startswith("qwen3_5")
   growth = lambda name: rows[name, contexts[-1]]["cache_bytes"] - rows[name, contexts[0]]["cache_bytes"]
   assert 4 * growth(hybrid) == growth(kv)
+
+
+def test_serving(report):
+  serving = report["serving"]
+  assert {r["engine"] for r in serving["rows"]} == {"static batcher", "continuous"}
+  for row in serving["rows"]:
+    assert _positive(row["tokens_s"]) and _positive(row["p99"]) and row["p50"] <= row["p99"]
+    assert row["tokens"] == serving["rows"][0]["tokens"]  # the same load, every reply whole
+  assert _positive(serving["continuous_over_static"])
