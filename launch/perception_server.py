@@ -10,7 +10,8 @@ text_ocr, auto_segment, ...). `--models` gives a family its Hugging Face model f
 (sam3 and grounding_dino need one; an ocr folder is PaddleOCR-VL instead of PP-OCRv4); the
 models load before the server listens. Rollouts call the tools with
 `service.RemoteTool(url, name)` (or `remote_tools(url)`). Prints one line with the URL and
-the tool names once it is listening (with --port 0, the port it picked).
+the tool names once it is listening (with --port 0, the port it picked). `--max_concurrent`
+bounds the tool calls running at once, `--max_connections` the open connections.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from jaxspatial import xla_workarounds
 xla_workarounds.apply()
 # pylint: disable=wrong-import-position
 
+import logging
 import signal
 import threading
 
@@ -34,6 +36,11 @@ _TOOLS = flags.DEFINE_list("tools", ["echo"], "tool families ("
                            + ", ".join(sorted(service.TOOL_FACTORIES))
                            + ") or public perception tool names (text_ocr, auto_segment, ...) "
                            "to serve")
+_MAX_CONCURRENT = flags.DEFINE_integer("max_concurrent", None, "tool calls running at once "
+                                      "(the rest wait; default one per request, 1 for a "
+                                      "backend that is not thread-safe)", lower_bound=1)
+_MAX_CONNECTIONS = flags.DEFINE_integer("max_connections", 1024, "open connections at most "
+                                        "(more get 503)", lower_bound=1)
 _MODELS = flags.DEFINE_list("models", [], "model folders by family: family=/path,... "
                             "(sam3, grounding_dino; ocr: a PaddleOCR-VL folder)")
 
@@ -60,7 +67,10 @@ def main(argv) -> None:
   stop = threading.Event()
   for number in (signal.SIGTERM, signal.SIGINT):
     signal.signal(number, lambda *_: stop.set())
-  with service.ToolServer(tools, _HOST.value, _PORT.value) as server:
+  # A failing tool's traceback goes to stderr; callers get its type and message only.
+  logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+  with service.ToolServer(tools, _HOST.value, _PORT.value, max_concurrent=_MAX_CONCURRENT.value,
+                          max_connections=_MAX_CONNECTIONS.value) as server:
     print(f"perception server at {server.url}: {', '.join(sorted(tools))}", flush=True)
     while not stop.wait(0.5):  # a timed wait lets the signal handler run promptly
       pass

@@ -15,13 +15,15 @@ booleans, null, lists and objects are plain JSON (NaN and Infinity are refused: 
 none). Decoding is strict: a wrong dtype string, a shape that is not a list of
 non-negative ints or does not match the data size, bad base64, duplicate keys, non-JSON,
 nesting deeper than `MAX_DEPTH` or a body over the size limit is a `WireError` naming the
-tool and what was wrong. Errors come back as {"error": text}: 400 (malformed request or
-arguments the tool does not take), 404 (unknown tool), 413 (body too large), 500 (the tool
-raised: its exception text).
+tool and what was wrong. Errors come back as {"error": text}, never a traceback: 400 (a
+malformed request, arguments the tool does not take, inputs it refuses: it raised
+ValueError or TypeError), 404 (unknown tool), 411 / 413 (no or too large a body), 500 (the
+tool failed otherwise: its exception's type and message). The server is a Starlette app on
+uvicorn (`jaxspatial.web`): an error never drops the connection.
 
 `RemoteTool` gives each request `timeout_s` (a watchdog closes the socket at the deadline,
 so a server that trickles bytes cannot hold a call), retries connection errors, timeouts
-and 5xx with exponential backoff (never 4xx or a malformed 200), and stops at a total
+and 5xx with exponential backoff (never 4xx, which are deterministic, or a malformed 200), and stops at a total
 deadline; every failure is one `ToolError` naming the tool, the URL, the input shapes and
 the cause. Server responses are hostile input: parsing never crashes or hangs.
 
@@ -40,14 +42,13 @@ import binascii
 import contextlib
 import functools
 import http.client
-import http.server
 import inspect
 import json
+import logging
 import re
 import socket
 import threading
 import time
-import traceback
 import urllib.parse
 from typing import Any, Callable
 
@@ -62,9 +63,11 @@ DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32"
 MAX_BODY_BYTES = 64 << 20   # a 640 x 480 RGB image is 1.2 MB in base64
 MAX_DEPTH = 32              # nested lists / objects in a body
 MAX_NDIM = 32
+MAX_ARRAY_BYTES = 1 << 62   # numpy's index range, whatever the body limit
 EXCERPT = 300               # characters of a response body quoted in an error
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 _ARRAY_KEY = "__ndarray__"
+LOG = logging.getLogger("jaxspatial.perception.server")
 
 
 class WireError(ValueError):
@@ -135,6 +138,10 @@ def _array_from_json(spec: Any, where: str) -> np.ndarray:
   if not isinstance(data, str):
     raise WireError(f"{where}: data must be a base64 string, got {type(data).__name__}")
   item = np.dtype(dtype).newbyteorder("<")
+  # numpy refuses a shape whose dimensions multiply past its index range even when one
+  # of them is 0 (an empty array): that is the sender's mistake, not a crash here.
+  if item.itemsize * int(np.prod([max(d, 1) for d in shape], dtype=object)) > MAX_ARRAY_BYTES:
+    raise WireError(f"{where}: shape {shape} of {dtype} is past what an array can hold")
   size = item.itemsize * int(np.prod(shape, dtype=object))
   # Checked before decoding: a huge claimed shape never allocates.
   if len(data) != 4 * ((size + 2) // 3):
@@ -366,96 +373,10 @@ class CallStats:
 
 # --- server --------------------------------------------------------------------------------
 
-class _HTTPServer(http.server.ThreadingHTTPServer):
-  daemon_threads = True
-  block_on_close = False  # stop() must not wait on a tool that hangs
-  request_queue_size = 128  # concurrent rollout workers connect at once
-
-
-class _Handler(http.server.BaseHTTPRequestHandler):
-  server_version = "jaxspatial-tools/1"
-  timeout = 120  # a client that stops sending mid-body frees its thread
-
-  def log_message(self, format, *args):  # pylint: disable=redefined-builtin
-    del format, args  # one line per request on stderr would drown a rollout's log
-
-  def _send(self, status: int, payload: dict | bytes) -> None:
-    body = payload if isinstance(payload, bytes) else _dumps(payload)
-    try:
-      self.send_response(status)
-      self.send_header("Content-Type", "application/json")
-      self.send_header("Content-Length", str(len(body)))
-      self.end_headers()
-      self.wfile.write(body)
-    except OSError:
-      pass  # the client gave up; nothing to tell it
-
-  def do_GET(self):  # pylint: disable=invalid-name
-    owner: ToolServer = self.server.owner
-    path = urllib.parse.urlsplit(self.path).path
-    if path == "/health":
-      self._send(200, {"status": "ok", "tools": sorted(owner.tools)})
-    elif path == "/stats":
-      self._send(200, owner.stats())
-    else:
-      self._send(404, {"error": f"no such path {path!r}: GET /health, GET /stats, "
-                                "POST /tools/{name}"})
-
-  def do_POST(self):  # pylint: disable=invalid-name
-    owner: ToolServer = self.server.owner
-    path = urllib.parse.urlsplit(self.path).path
-    if not path.startswith("/tools/"):
-      self._send(404, {"error": f"no such path {path!r}: POST /tools/{{name}}"})
-      return
-    name = urllib.parse.unquote(path[len("/tools/"):])
-    tool = owner.tools.get(name)
-    if tool is None:
-      self._send(404, {"error": f"unknown tool {name!r}; this server has "
-                                f"{sorted(owner.tools)}"})
-      return
-    length = self.headers.get("Content-Length")
-    if length is None or not length.strip().isdigit() or len(length.strip()) > 15:
-      self.close_connection = True
-      self._send(411 if length is None else 400,
-                 {"error": f"tool {name!r} request: Content-Length missing or invalid "
-                           f"({length!r})"})
-      return
-    length = int(length)
-    if length > owner.max_body_bytes:
-      self.close_connection = True  # the unread body must not be parsed as a request
-      self._send(413, {"error": f"tool {name!r} request: body of {length} bytes is over "
-                                f"the server's {owner.max_body_bytes} limit"})
-      return
-    try:
-      body = self.rfile.read(length)
-    except OSError:
-      return
-    if len(body) < length:
-      return  # the client went away mid-body
-    start = time.perf_counter()
-    try:
-      args, kwargs = decode_request(body, name)
-      _check_arguments(tool, name, args, kwargs)
-    except WireError as error:
-      owner.record(name, time.perf_counter() - start, False)
-      self._send(400, {"error": str(error)})
-      return
-    try:
-      with owner.slots:
-        result = tool(*args, **kwargs)
-    except Exception as error:  # the tool's failure is the client's answer, whatever it is
-      owner.record(name, time.perf_counter() - start, False)
-      self._send(500, {"error": f"tool {name!r} raised {type(error).__name__}: {error}"[:4000],
-                       "traceback": traceback.format_exc()[-4000:]})
-      return
-    try:
-      payload = encode_result(result, name)
-    except WireError as error:
-      owner.record(name, time.perf_counter() - start, False)
-      self._send(500, {"error": str(error)})
-      return
-    owner.record(name, time.perf_counter() - start, True)
-    self._send(200, payload)
+def _reply(status: int, payload: dict | bytes):
+  from starlette.responses import Response  # pylint: disable=import-outside-toplevel
+  body = payload if isinstance(payload, bytes) else _dumps(payload)
+  return Response(body, status, media_type="application/json")
 
 
 def _check_arguments(tool: Callable, name: str, args: list, kwargs: dict) -> None:
@@ -472,13 +393,22 @@ def _check_arguments(tool: Callable, name: str, args: list, kwargs: dict) -> Non
 
 
 class ToolServer:
-  """Serves `tools` (name -> callable) over HTTP on threads: `start()` / `stop()` or a
-  `with` block; `url` once started (port 0 picks a free port). `max_concurrent` bounds the
-  tool calls running at once (None: one per request; 1 for a backend that is not
-  thread-safe); the others wait their turn."""
+  """Serves `tools` (name -> callable) over HTTP (a Starlette app on uvicorn: `jaxspatial.web`;
+  each call on a worker thread): `start()` / `stop()` or a `with` block; `url` once started
+  (port 0 picks a free port). `max_concurrent` bounds the tool calls running at once (None:
+  one per request; 1 for a backend that is not thread-safe); the others wait their turn.
+  `max_connections`: open connections at most (more get 503).
+
+  Status codes: 400 for the caller's mistakes (a malformed body, arguments the tool does
+  not take, inputs the tool refuses: it raised ValueError or TypeError), 404, 405, 411,
+  413, 500 when the tool fails otherwise or its result cannot be sent; an error body is
+  {"error": text} with the exception's type and message (its traceback goes to the
+  `jaxspatial.perception.server` log, never to the caller), and the connection stays
+  usable."""
 
   def __init__(self, tools: dict[str, Callable], host: str = "127.0.0.1", port: int = 0,
-               max_body_bytes: int = MAX_BODY_BYTES, max_concurrent: int | None = None):
+               max_body_bytes: int = MAX_BODY_BYTES, max_concurrent: int | None = None,
+               max_connections: int = 1024):
     for name, tool in tools.items():
       if not isinstance(name, str) or not _NAME.match(name):
         raise ValueError(f"ToolServer: tool names must match {_NAME.pattern}, got {name!r}")
@@ -486,22 +416,28 @@ class ToolServer:
         raise TypeError(f"ToolServer: tool {name!r} is a {type(tool).__name__}, not callable")
     if max_concurrent is not None and max_concurrent < 1:
       raise ValueError(f"ToolServer: max_concurrent must be >= 1 or None, got {max_concurrent}")
+    # pylint: disable=import-outside-toplevel
+    from starlette.applications import Starlette
+    from starlette.exceptions import HTTPException
+    from starlette.routing import Route
+    from jaxspatial import web
     self.tools = dict(tools)
     self.host, self.port, self.max_body_bytes = host, int(port), int(max_body_bytes)
     self.slots = (threading.BoundedSemaphore(max_concurrent) if max_concurrent
                   else contextlib.nullcontext())
     self._stats = CallStats()
-    self._server: _HTTPServer | None = None
-    self._thread: threading.Thread | None = None
+    self.app = Starlette(routes=[
+        Route("/health", self._health, methods=["GET"]),
+        Route("/stats", self._stats_route, methods=["GET"]),
+        Route("/tools/{name:path}", self._call, methods=["POST"]),
+    ], exception_handlers={HTTPException: self._http_error, Exception: self._crash})
+    self._web = web.BackgroundServer(self.app, host, port, max_connections, name="tool-server")
 
   @property
   def url(self) -> str:
-    if self._server is None:
+    if not self._web.running:
       raise RuntimeError("ToolServer.url: the server is not started")
-    host, port = self._server.server_address[:2]
-    if host in ("0.0.0.0", "::"):
-      host = "127.0.0.1"
-    return f"http://{host}:{port}"
+    return f"http://{self._web.address}"
 
   def record(self, name: str, seconds: float, ok: bool) -> None:
     self._stats.record(name, seconds, ok)
@@ -510,25 +446,83 @@ class ToolServer:
     """Per tool: calls, failures, attempts, latency of the successful calls."""
     return self._stats.snapshot()
 
+  # --- handlers --------------------------------------------------------------------------
+
+  async def _health(self, request):
+    del request
+    return _reply(200, {"status": "ok", "tools": sorted(self.tools)})
+
+  async def _stats_route(self, request):
+    del request
+    return _reply(200, self.stats())
+
+  async def _http_error(self, request, error):
+    if error.status_code == 404:
+      return _reply(404, {"error": f"no such path {request.url.path!r}: GET /health, GET "
+                                   "/stats, POST /tools/{name}"})
+    return _reply(error.status_code, {"error": f"{request.method} {request.url.path}: "
+                                               f"{error.detail}"})
+
+  async def _crash(self, request, error):
+    LOG.error("%s %s failed", request.method, request.url.path, exc_info=error)
+    return _reply(500, {"error": f"{request.method} {request.url.path} failed: "
+                                 f"{type(error).__name__}: {str(error)[:2000]}"})
+
+  async def _call(self, request):
+    from starlette.concurrency import run_in_threadpool  # pylint: disable=import-outside-toplevel
+    from starlette.requests import ClientDisconnect  # pylint: disable=import-outside-toplevel
+    name = request.path_params["name"]
+    tool = self.tools.get(name)
+    if tool is None:
+      return _reply(404, {"error": f"unknown tool {name!r}; this server has "
+                                   f"{sorted(self.tools)}"})
+    length = request.headers.get("content-length")
+    if length is None or not length.strip().isdigit() or len(length.strip()) > 15:
+      return _reply(411 if length is None else 400,
+                    {"error": f"tool {name!r} request: Content-Length missing or invalid "
+                              f"({length!r})"})
+    if int(length) > self.max_body_bytes:
+      return _reply(413, {"error": f"tool {name!r} request: body of {int(length)} bytes is "
+                                   f"over the server's {self.max_body_bytes} limit"})
+    try:
+      body = await request.body()
+    except ClientDisconnect:
+      return _reply(400, {"error": f"tool {name!r} request: the client went away mid-body"})
+    start = time.perf_counter()
+    status, payload = await run_in_threadpool(self._run, name, tool, body)
+    self.record(name, time.perf_counter() - start, status == 200)
+    return _reply(status, payload)
+
+  def _run(self, name: str, tool: Callable, body: bytes) -> tuple[int, dict | bytes]:
+    """(status, payload) of one call, on a worker thread."""
+    try:
+      args, kwargs = decode_request(body, name)
+      _check_arguments(tool, name, args, kwargs)
+    except WireError as error:
+      return 400, {"error": str(error)}
+    try:
+      with self.slots:
+        result = tool(*args, **kwargs)
+    except (ValueError, TypeError) as error:  # the inputs, refused: not worth a retry
+      return 400, {"error": f"tool {name!r} refused its inputs: {type(error).__name__}: "
+                            f"{error}"[:4000]}
+    except Exception as error:  # pylint: disable=broad-except
+      LOG.error("tool %r raised", name, exc_info=error)
+      return 500, {"error": f"tool {name!r} raised {type(error).__name__}: {error}"[:4000]}
+    try:
+      return 200, encode_result(result, name)
+    except WireError as error:
+      return 500, {"error": str(error)}
+
+  # --- lifecycle -------------------------------------------------------------------------
+
   def start(self) -> "ToolServer":
-    if self._server is not None:
-      return self
-    server = _HTTPServer((self.host, self.port), _Handler)
-    server.owner = self
-    self._server = server
-    self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                                    name=f"tool-server-{server.server_address[1]}", daemon=True)
-    self._thread.start()
+    self._web.start()
     return self
 
   def stop(self) -> None:
-    """Stops accepting and closes the socket; requests in flight finish on their threads."""
-    if self._server is None:
-      return
-    self._server.shutdown()
-    self._server.server_close()
-    self._thread.join(timeout=5)
-    self._server = self._thread = None
+    """Stops accepting and ends open connections (calls in flight get 5 s)."""
+    self._web.stop()
 
   def __enter__(self) -> "ToolServer":
     return self.start()

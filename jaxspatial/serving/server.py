@@ -37,7 +37,6 @@ import threading
 import time
 import uuid
 
-import uvicorn
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
@@ -45,6 +44,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
+from jaxspatial import web
 from jaxspatial.serving import images as image_lib
 from jaxspatial.serving import memory
 from jaxspatial.serving.engine import Engine, Reply, Sampling
@@ -146,8 +146,7 @@ class ChatServer:
     self.created = int(time.time())
     self._errors = 0
     self._lock = threading.Lock()
-    self._server: uvicorn.Server | None = None
-    self._thread: threading.Thread | None = None
+    self._web: web.BackgroundServer | None = None
     self.app = Starlette(routes=[
         Route("/v1/chat/completions", self._completions, methods=["POST"]),
         Route("/v1/models", self._models, methods=["GET"]),
@@ -459,36 +458,21 @@ class ChatServer:
   @property
   def url(self) -> str:
     """The API's base URL (what an OpenAI client takes as base_url), ending in /v1."""
-    if self._server is None:
+    if self._web is None:
       raise RuntimeError("ChatServer.url: the server is not started")
-    host = self.host if self.host not in ("0.0.0.0", "::") else "127.0.0.1"
-    return f"http://{host}:{self.port}/v1"
+    return f"http://{self._web.address}/v1"
 
   def start(self) -> "ChatServer":
-    if self._server is None:
-      config = uvicorn.Config(self.app, host=self.host, port=self.port, log_config=None,
-                              access_log=False, limit_concurrency=self.max_connections,
-                              timeout_keep_alive=30, timeout_graceful_shutdown=5,
-                              lifespan="off")
-      server = uvicorn.Server(config)
-      thread = threading.Thread(target=server.run, daemon=True, name="chat-server")
-      thread.start()
-      deadline = time.monotonic() + 30
-      while not server.started and thread.is_alive() and time.monotonic() < deadline:
-        time.sleep(0.01)
-      if not server.started:
-        server.should_exit = True
-        raise RuntimeError(f"ChatServer: could not listen on {self.host}:{self.port}")
-      self.port = server.servers[0].sockets[0].getsockname()[1]
-      self._server, self._thread = server, thread
+    if self._web is None:
+      self._web = web.BackgroundServer(self.app, self.host, self.port, self.max_connections,
+                                       name="chat-server").start()
     return self
 
   def stop(self) -> None:
     """Stops listening, ends open connections and closes the scheduler."""
-    if self._server is not None:
-      self._server.should_exit = True
-      self._thread.join(timeout=10)
-      self._server = self._thread = None
+    if self._web is not None:
+      self._web.stop()
+      self._web = None
     self.scheduler.close()
 
   def __enter__(self) -> "ChatServer":

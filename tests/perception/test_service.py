@@ -235,24 +235,45 @@ def test_unknown_tool_bad_arguments_and_tool_exceptions_are_named():
     calls.append(1)
     return _raises(image)
 
-  with ToolServer({"describe": _describe, "broken": counted}) as server:
+  def failing(image):
+    raise RuntimeError("the backend lost its device")
+
+  with ToolServer({"describe": _describe, "broken": counted, "failing": failing}) as server:
     image = np.zeros((4, 5, 3), np.uint8)
     with pytest.raises(ToolError, match=r"tool 'nope' at http://127\.0\.0\.1:\d+/tools/nope "
                        r"\(inputs: image=uint8\[4, 5, 3\]\): HTTP 404: unknown tool 'nope'; "
-                       r"this server has \['broken', 'describe'\] \(1 attempt\(s\)\)"):
+                       r"this server has \['broken', 'describe', 'failing'\] \(1 attempt\(s\)\)"):
       RemoteTool(server.url, "nope")(image=image)
     with pytest.raises(ToolError, match=r"HTTP 400: .*unexpected keyword argument 'colour'.*"
                        r"signature is describe\(image, bounding_box=None\).*\(1 attempt\(s\)\)"):
       RemoteTool(server.url, "describe")(image=image, colour="red")
-    # A tool that raises: 500 with its exception, retried (5xx), then one named error.
+    # Inputs the tool refuses (ValueError, TypeError): 400, deterministic, not retried.
     tool = RemoteTool(server.url, "broken", retries=2, backoff_s=0.01)
     with pytest.raises(ToolError, match=r"tool 'broken' .*\(inputs: image=uint8\[4, 5, 3\]\): "
-                       r"HTTP 500: tool 'broken' raised ValueError: cannot read an image of "
-                       r"shape \(4, 5, 3\) \(3 attempt\(s\)\)"):
+                       r"HTTP 400: tool 'broken' refused its inputs: ValueError: cannot read an "
+                       r"image of shape \(4, 5, 3\) \(1 attempt\(s\)\)"):
       tool(image=image)
-    assert len(calls) == 3
-    assert tool.stats()["broken"] == {"calls": 1, "failures": 1, "attempts": 3,
-                                      "latency": {"count": 0, "total_s": 0.0, "max_s": 0.0}}
+    assert len(calls) == 1
+    # A tool that fails otherwise: 500 with its exception (no traceback), retried (5xx),
+    # then one named error.
+    flaky = RemoteTool(server.url, "failing", retries=2, backoff_s=0.01)
+    with pytest.raises(ToolError, match=r"HTTP 500: tool 'failing' raised RuntimeError: the "
+                       r"backend lost its device \(3 attempt\(s\)\)"):
+      flaky(image=image)
+    assert flaky.stats()["failing"] == {"calls": 1, "failures": 1, "attempts": 3,
+                                        "latency": {"count": 0, "total_s": 0.0, "max_s": 0.0}}
+    status, _, body = service.http_request(f"{server.url}/tools/failing", "POST",
+                                           service.encode_request((), {"image": image}),
+                                           {"Content-Type": "application/json"})
+    assert status == 500 and set(json.loads(body)) == {"error"}
+    assert "Traceback" not in body.decode() and ".py" not in body.decode()
+    # A claimed shape numpy cannot index, even empty: a 400 naming it, the server serves on.
+    claim = json.dumps({"args": [{"__ndarray__": {"dtype": "uint8", "shape": [0, 2 ** 62,
+                                                                              2 ** 62],
+                                                  "data": ""}}]}).encode()
+    status, _, body = service.http_request(f"{server.url}/tools/describe", "POST", claim,
+                                           {"Content-Type": "application/json"})
+    assert status == 400 and "past what an array can hold" in json.loads(body)["error"]
     # Bad paths and a GET of a tool are 404s with JSON errors, not crashes.
     status, _, body = service.http_request(f"{server.url}/nowhere")
     assert status == 404 and "no such path" in json.loads(body)["error"]
