@@ -1,5 +1,5 @@
 """Serving throughput under a mixed load: `serving.Scheduler` (continuous batching over
-decode slots) against the static batcher it replaced (`serving.Batcher`: bucketed batches
+decode slots) against the static batcher it replaced (benchmarks/static_batcher.py: bucketed batches
 that run until their longest reply ends), on the same policy, prompts and replies, in one
 run.
 
@@ -31,7 +31,8 @@ from flax import nnx
 from jaxspatial.models.policy import policy_class
 from jaxspatial.models.qwen2_5_vl.config import Qwen25VLConfig
 from jaxspatial.rollout import tiny
-from jaxspatial.serving import Batcher, Engine, Prompt, Sampling, Scheduler
+from benchmarks.static_batcher import Batcher
+from jaxspatial.serving import Engine, Prompt, Sampling, Scheduler
 
 POLICIES = {"tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2),
             "small": dict(hidden_size=256, intermediate_size=768, num_hidden_layers=4,
@@ -118,7 +119,7 @@ def compare(model, tok, requests, slots: int, capacity: int, decode_steps: int) 
   for way in ("static batcher", "continuous"):
     engine = Engine(model, tok, stop_ids=(), batch_buckets=buckets)
     if way == "static batcher":
-      make = lambda e=engine: _Static(Batcher(e, window_s=0.01, max_queue=len(requests)))
+      make = lambda e=engine: _Static(Batcher(e, window_s=0.01))
     else:
       make = lambda e=engine: Scheduler(e, slots=slots, capacity=capacity, steps=decode_steps,
                                         max_queue=len(requests))

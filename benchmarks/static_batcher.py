@@ -1,4 +1,5 @@
-"""Batching of concurrent requests: request threads `submit` prepared prompts and wait;
+"""The static batcher serving used before continuous batching (`serving.Scheduler`), kept
+as benchmarks/serving_bench.py's baseline. Batching of concurrent requests: request threads `submit` prepared prompts and wait;
 one worker thread collects what arrives within `window_s` of the oldest waiting request
 (or until a full batch), takes the oldest request's group (requests whose max_tokens fall
 in the same new-token bucket, each sampled with its own settings; a request with a seed
@@ -19,7 +20,6 @@ import jax
 
 from jaxspatial.serving.engine import Engine, Reply, Sampling
 from jaxspatial.serving.prompt import Prompt
-from jaxspatial.serving.scheduler import QueueFull
 
 
 @dataclasses.dataclass(eq=False)  # compared by identity (queue removal)
@@ -39,14 +39,11 @@ class _Item:
 
 
 class Batcher:
-  """Runs `engine` on a worker thread over batches of submitted requests. At most
-  `max_queue` requests wait (more are refused with QueueFull); a request whose future is
-  cancelled before its batch starts is dropped unrun."""
+  """Runs `engine` on a worker thread over batches of submitted requests; a request whose
+  future is cancelled before its batch starts is dropped unrun."""
 
-  def __init__(self, engine: Engine, window_s: float = 0.01, seed: int = 0,
-               max_queue: int = 256):
+  def __init__(self, engine: Engine, window_s: float = 0.01, seed: int = 0):
     self.engine, self.window_s = engine, float(window_s)
-    self.max_queue = int(max_queue)
     self._key = jax.random.PRNGKey(seed)
     self._queue: collections.deque[_Item] = collections.deque()
     self._cond = threading.Condition()
@@ -62,11 +59,6 @@ class Batcher:
     with self._cond:
       if self._stop:
         raise RuntimeError("the batcher is stopped")
-      waiting = sum(not item.future.cancelled() for item in self._queue)
-      if waiting >= self.max_queue:
-        self._counts["rejected"] += 1
-        raise QueueFull(f"{waiting} requests are waiting, this server's limit "
-                        f"(max_queue {self.max_queue})")
       budget = self.engine.shapes([prompt], int(max_tokens))[2]
       self._queue.append(_Item(prompt, int(max_tokens), sampling, tuple(stop), seed, future,
                                time.monotonic(), budget))
@@ -75,13 +67,12 @@ class Batcher:
     return future
 
   def stats(self) -> dict:
-    """requests, batches, rows (requests run), padded_rows, failed_batches, rejected
-    (queue full), cancelled (dropped before running), waiting, programs."""
+    """requests, batches, rows (requests run), padded_rows, failed_batches, cancelled
+    (dropped before running), waiting, programs."""
     with self._cond:
       counts = dict(self._counts)
       waiting = sum(not item.future.cancelled() for item in self._queue)
-    names = ("requests", "batches", "rows", "padded_rows", "failed_batches", "rejected",
-             "cancelled")
+    names = ("requests", "batches", "rows", "padded_rows", "failed_batches", "cancelled")
     return {**{name: counts.get(name, 0) for name in names}, "waiting": waiting,
             "programs": len(self.engine.programs)}
 
