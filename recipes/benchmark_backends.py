@@ -24,7 +24,6 @@ import time
 from typing import Callable
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from jaxspatial.envs import decode_text
@@ -157,21 +156,13 @@ class PolicyBackend:
                chat_format: str = "auto"):
     # pylint: disable=import-outside-toplevel
     import pathlib
-    from jaxspatial.models import chat as chat_lib
-    from jaxspatial.models.policy import load_policy
-    from jaxspatial.serving.engine import Engine
-    from jaxspatial.serving.prompt import PromptBuilder
-    from jaxspatial.serving.scheduler import Scheduler
+    from jaxspatial.serving.local import load_local
     self.folder = pathlib.Path(folder)
-    processor, self.model = load_policy(self.folder, dtype=jnp.dtype(dtype),
-                                        param_dtype=jnp.dtype(dtype))
-    self.tokenizer = getattr(processor, "tokenizer", processor)
-    self.chat = chat_lib.chat_format(chat_format, self.folder, self.tokenizer)
-    self.engine = Engine(self.model, self.tokenizer, self.chat.stop_ids(self.tokenizer))
     # One scheduler for the no-tools answers and the SpatialClaw episodes: `max_batch`
     # decode slots, continuously refilled.
-    self.scheduler = Scheduler(self.engine, slots=max_batch)
-    self.builder = PromptBuilder(self.tokenizer, self.model, self.chat)
+    local = load_local(self.folder, dtype, chat_format, slots=max_batch)
+    self.model, self.tokenizer, self.chat = local.model, local.tokenizer, local.chat
+    self.engine, self.builder, self.scheduler = local.engine, local.builder, local.scheduler
     self.temperature, self.answer_tokens = temperature, answer_tokens
     self.rollout_settings = dict(rollout or {})
     self.runs: dict = {}

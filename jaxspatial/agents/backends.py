@@ -97,24 +97,11 @@ class PolicyChat:
   def from_folder(cls, folder, dtype: str = "float32", chat_format: str = "auto",
                   max_batch: int = 8, max_images: int = 128, seed: int = 0,
                   reuse_prefix: bool = True, capacity: int | None = None) -> "PolicyChat":
-    """`max_batch` decode slots of `capacity` tokens each (default the scheduler's)."""
-    # pylint: disable=import-outside-toplevel
-    import pathlib
-    import jax.numpy as jnp
-    from jaxspatial.models import chat as chat_lib
-    from jaxspatial.models.policy import load_policy
-    from jaxspatial.serving.engine import Engine
-    from jaxspatial.serving.prompt import PromptBuilder
-    from jaxspatial.serving.scheduler import DEFAULT_CONTEXT, Scheduler
-    folder = pathlib.Path(folder)
-    processor, model = load_policy(folder, dtype=jnp.dtype(dtype), param_dtype=jnp.dtype(dtype))
-    tokenizer = getattr(processor, "tokenizer", processor)
-    chat = chat_lib.chat_format(chat_format, folder, tokenizer)
-    engine = Engine(model, tokenizer, chat.stop_ids(tokenizer))
-    scheduler = Scheduler(engine, slots=max_batch, capacity=capacity or DEFAULT_CONTEXT,
-                          seed=seed, reuse=reuse_prefix)
-    builder = PromptBuilder(tokenizer, model, chat, max_images=max_images)
-    return cls(scheduler, builder, folder.name, seed=seed)
+    """`max_batch` decode slots of `capacity` tokens each (`serving.local.load_local`)."""
+    from jaxspatial.serving.local import load_local  # pylint: disable=import-outside-toplevel
+    policy = load_local(folder, dtype, chat_format, slots=max_batch, capacity=capacity,
+                        max_images=max_images, seed=seed, reuse=reuse_prefix)
+    return cls(policy.scheduler, policy.builder, policy.name, seed=seed)
 
   @classmethod
   def from_scheduler(cls, scheduler, builder, name: str, max_images: int = 128,

@@ -32,7 +32,6 @@ import asyncio
 import dataclasses
 import json
 import logging
-import pathlib
 import threading
 import time
 import uuid
@@ -45,13 +44,11 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from jaxspatial import web
-from jaxspatial.serving import images as image_lib
-from jaxspatial.serving import memory
 from jaxspatial.serving.engine import Engine, Reply, Sampling
 from jaxspatial.serving.prompt import Prompt, PromptBuilder
 from jaxspatial.serving.protocol import (APIError, ChatRequest, invalid, parse_json,
                                          parse_request)
-from jaxspatial.serving.scheduler import DEFAULT_CONTEXT, QueueFull, Scheduler
+from jaxspatial.serving.scheduler import QueueFull, Scheduler
 
 MAX_BODY_BYTES = 32 << 20
 WAIT_POLL_S = 0.1  # how often a waiting request checks that its client is still there
@@ -482,46 +479,20 @@ class ChatServer:
     self.stop()
 
 
-def _context_of(model) -> int:
-  raw = getattr(model.config, "raw", None) or {}
-  text = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else raw
-  value = text.get("max_position_embeddings", raw.get("max_position_embeddings"))
-  return int(value) if isinstance(value, int) and value > 0 else 32768
-
-
 def load_server(checkpoint, host: str = "127.0.0.1", port: int = 0,
                 model_name: str | None = None, max_batch: int = 8, chat_format: str = "auto",
                 dtype: str = "float32", cache_dtype: str = "float32",
                 max_context: int | None = None, seed: int = 0, min_length: int = 64,
                 max_queue: int = 256, decode_steps: int = 4,
                 prefill_memory_gb: float | None = None, **options) -> ChatServer:
-  """A ChatServer (not started) for a Hugging Face checkpoint folder `load_policy` reads.
-  `max_batch`: the scheduler's decode slots (requests generated at once); `max_context`:
-  a slot's tokens, prompt and reply (default the model's context, at most
-  DEFAULT_CONTEXT); `min_length`: the smallest prompt bucket; `decode_steps`: decode steps
-  per program call; `prefill_memory_gb`: what one prompt's prefill may take (default, on an
-  accelerator: 90% of the memory left once the weights and the slots are in; on a CPU
-  unchecked); `options`: ChatServer's."""
-  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
-  from jaxspatial.models import chat as chat_lib  # pylint: disable=import-outside-toplevel
-  from jaxspatial.models.policy import load_policy  # pylint: disable=import-outside-toplevel
-  folder = pathlib.Path(checkpoint)
-  processor, model = load_policy(folder, dtype=jnp.dtype(dtype), param_dtype=jnp.dtype(dtype))
-  tokenizer = getattr(processor, "tokenizer", processor)
-  chat = chat_lib.chat_format(chat_format, folder, tokenizer)
-  engine = Engine(model, tokenizer, chat.stop_ids(tokenizer), min_length=min_length,
-                  cache_dtype=cache_dtype)
-  context = max_context or min(_context_of(model), DEFAULT_CONTEXT)
-  builder = PromptBuilder(tokenizer, model, chat, max_context=context,
-                          max_image_pixels=image_lib.decode_limit(model))
-  budget = None if prefill_memory_gb is None else int(prefill_memory_gb * 1e9)
-  free = memory.free_device_bytes()
-  if budget is None and free is not None:
-    budget = int(0.9 * (free - memory.slot_bytes(model, max_batch, context, cache_dtype)))
-    if budget <= 0:
-      raise ValueError(f"{max_batch} slots of {context} tokens do not fit the device's "
-                       f"{memory.gigabytes(free)} left after the weights: lower --max_batch "
-                       "or --max_context")
-  scheduler = Scheduler(engine, slots=max_batch, capacity=context, steps=decode_steps,
-                        seed=seed, max_queue=max_queue, memory_budget=budget)
-  return ChatServer(builder, scheduler, model_name or folder.name, host, port, **options)
+  """A ChatServer (not started) for a Hugging Face checkpoint folder `load_policy` reads,
+  set up by `serving.local.load_local`: `max_batch` decode slots of `max_context` tokens
+  (prompt and reply; default the model's context, at most DEFAULT_CONTEXT); `min_length`:
+  the smallest prompt bucket; `decode_steps`: decode steps per program call;
+  `prefill_memory_gb`: what one prompt's prefill may take; `options`: ChatServer's."""
+  from jaxspatial.serving.local import load_local  # pylint: disable=import-outside-toplevel
+  policy = load_local(checkpoint, dtype, chat_format, max_batch, max_context, cache_dtype,
+                      seed=seed, min_length=min_length, decode_steps=decode_steps,
+                      max_queue=max_queue, prefill_memory_gb=prefill_memory_gb)
+  return ChatServer(policy.builder, policy.scheduler, model_name or policy.name, host, port,
+                    **options)
