@@ -2,10 +2,16 @@
 reference) log-probabilities under the parameters that sampled, then the optimizer steps
 (`epochs` passes over `mini_batches` slices; the PPO clip is active after the first).
 
-Advantages: "grpo" gives every generated token of an episode its group-normalised reward;
-"or_gigpo" gives each turn's tokens A_E + omega A_S (PERIA eq.: episode groups, and step
-groups of equal observations: the image each call produced), with an outcome reward placed
-on the episode's last turn.
+Advantages come from the estimator registry (`register_advantage_estimator`, as losses
+from theirs): "grpo" gives every generated token of an episode its group-normalised reward;
+"rloo" its reward less the mean of the group's other episodes; "or_gigpo" gives each turn's
+tokens A_E + omega A_S (PERIA eq.: episode groups, and step groups of equal observations:
+the image each call produced), with an outcome reward placed on the episode's last turn. A
+recipe adds one with a decorated function:
+
+    @register_advantage_estimator("my_estimator")
+    def mine(trajectory, rewards_PxG, config):  # -> [B] per episode or [B, S] per token
+      ...
 """
 
 from __future__ import annotations
@@ -16,21 +22,43 @@ import time
 import jax
 import jax.numpy as jnp
 
-from jaxspatial.rl.advantages import group_normalize, or_gigpo_advantages, token_advantages
+from typing import Callable
+
+from jaxspatial.rl.advantages import (group_normalize, or_gigpo_advantages, rloo_advantages,
+                                      token_advantages)
 from jaxspatial.train.steps import StepConfig, TrainBatch, batch_logprobs, shard_batch, train_step
 
 Array = jax.Array
 
 
+ESTIMATORS: dict[str, Callable] = {}
+
+
+def register_advantage_estimator(name: str):
+  """Registers `fn(trajectory, rewards_PxG, config) -> [B] or [B, S]` as `name`."""
+  def add(function):
+    if name in ESTIMATORS and ESTIMATORS[name] is not function:
+      raise ValueError(f"register_advantage_estimator: {name!r} is already registered "
+                       f"({ESTIMATORS[name].__module__}.{ESTIMATORS[name].__qualname__})")
+    ESTIMATORS[name] = function
+    return function
+  return add
+
+
 @dataclasses.dataclass(frozen=True)
 class AdvantageConfig:
-  estimator: str = "grpo"       # "grpo" or "or_gigpo"
+  estimator: str = "grpo"       # a registered estimator: "grpo", "rloo", "or_gigpo"
   group_size: int = 8
   ddof: int = 1
   eps: float = 1e-6
   gamma: float = 0.99           # OR-GIGPO
   omega: float = 1.0
   delta: float = 0.9            # text similarity threshold (image observations match exactly)
+
+  def __post_init__(self):
+    if self.estimator not in ESTIMATORS:
+      raise ValueError(f"AdvantageConfig.estimator: expected one of {sorted(ESTIMATORS)}, got "
+                       f"{self.estimator!r}")
 
 
 def token_turns(trajectory) -> Array:
@@ -45,18 +73,33 @@ def token_turns(trajectory) -> Array:
 
 
 def advantages(trajectory, rewards_B: Array, config: AdvantageConfig) -> Array:
-  """[B] (GRPO) or [B, S] (OR-GIGPO) advantages; B = prompts x group_size, groups adjacent."""
+  """[B] per episode (grpo, rloo) or [B, S] per token (or_gigpo) advantages from the
+  config's estimator; B = prompts x group_size, groups adjacent."""
   batch = rewards_B.shape[0]
   if batch % config.group_size:
     raise ValueError(f"advantages: batch {batch} is not a multiple of group_size "
                      f"{config.group_size}")
-  prompts = batch // config.group_size
-  rewards_PxG = rewards_B.reshape(prompts, config.group_size)
-  if config.estimator == "grpo":
-    return group_normalize(rewards_PxG, ddof=config.ddof, eps=config.eps).reshape(-1)
-  if config.estimator != "or_gigpo":
-    raise ValueError(f"AdvantageConfig.estimator: expected 'grpo' or 'or_gigpo', got "
-                     f"{config.estimator!r}")
+  rewards_PxG = rewards_B.reshape(batch // config.group_size, config.group_size)
+  return ESTIMATORS[config.estimator](trajectory, rewards_PxG, config)
+
+
+@register_advantage_estimator("grpo")
+def grpo_estimator(trajectory, rewards_PxG: Array, config: AdvantageConfig) -> Array:
+  del trajectory
+  return group_normalize(rewards_PxG, ddof=config.ddof, eps=config.eps).reshape(-1)
+
+
+@register_advantage_estimator("rloo")
+def rloo_estimator(trajectory, rewards_PxG: Array, config: AdvantageConfig) -> Array:
+  del trajectory, config
+  return rloo_advantages(rewards_PxG).reshape(-1)
+
+
+@register_advantage_estimator("or_gigpo")
+def or_gigpo_estimator(trajectory, rewards_PxG: Array, config: AdvantageConfig) -> Array:
+  prompts = rewards_PxG.shape[0]
+  rewards_B = rewards_PxG.reshape(-1)
+  batch = rewards_B.shape[0]
   valid = trajectory.turn_active                      # [B, T]
   turns = valid.shape[1]
   last = jnp.sum(valid, -1) - 1                       # the outcome lands on the last turn

@@ -1,5 +1,6 @@
-"""Advantages after a rollout: GRPO per episode; OR-GIGPO per turn, each generated token
-taking its turn's advantage, against a numpy implementation of the paper's equations."""
+"""Advantages after a rollout: GRPO and RLOO per episode; OR-GIGPO per turn, each generated
+token taking its turn's advantage, against a numpy implementation of the paper's equations;
+the estimator registry."""
 
 import types
 
@@ -110,3 +111,28 @@ def test_update_runs_epochs_times_mini_batches_optimizer_steps():
   with pytest.raises(ValueError, match="does not split into 3 mini-batches"):
     grpo.update(model, optimizer, batch(1), StepConfig(objective="grpo"), make_mesh(),
                 mini_batches=3)
+
+
+def test_rloo_from_a_config_and_the_estimator_registry():
+  traj = _trajectory()
+  rewards = np.asarray([1.0, 0.0, 2.0, 0.5, 1.5, 0.0], np.float32)
+  config = AdvantageConfig(**dict(estimator="rloo", group_size=3))  # a config's advantage block
+  got = np.asarray(grpo.advantages(traj, jnp.asarray(rewards), config))
+  groups = rewards.reshape(2, 3).astype(np.float64)
+  expected = np.stack([[g[i] - np.delete(g, i).mean() for i in range(3)] for g in groups])
+  np.testing.assert_allclose(got, expected.reshape(-1), rtol=1e-6)
+  with pytest.raises(ValueError, match=r"AdvantageConfig.estimator: expected one of "
+                                       r"\['grpo', 'or_gigpo', 'rloo'.*got 'ppo'"):
+    AdvantageConfig(estimator="ppo")
+  # A recipe's own estimator: registered once, reachable by name, never overwritten.
+  @grpo.register_advantage_estimator("test_best_of_group")
+  def best(trajectory, rewards_PxG, config):  # pylint: disable=unused-argument
+    return (rewards_PxG == rewards_PxG.max(-1, keepdims=True)).astype(jnp.float32).reshape(-1)
+  try:
+    got = grpo.advantages(traj, jnp.asarray(rewards),
+                          AdvantageConfig(estimator="test_best_of_group", group_size=3))
+    np.testing.assert_array_equal(np.asarray(got), [0, 0, 1, 0, 1, 0])
+    with pytest.raises(ValueError, match="already registered"):
+      grpo.register_advantage_estimator("rloo")(best)
+  finally:
+    del grpo.ESTIMATORS["test_best_of_group"]
