@@ -325,7 +325,19 @@ class ChatServer:
       prepared = await run_in_threadpool(self.prepare, await self._body(request))
       log.prompt_tokens = len(prepared.prompt.ids)
       if prepared.request.stream:
-        return StreamingResponse(self._events(request, prepared, log),
+        # Submitted before the response starts: a full queue is still a 429.
+        loop, events = asyncio.get_running_loop(), asyncio.Queue()
+
+        def on_tokens(index):
+          def push(ids, logprobs, tops):
+            loop.call_soon_threadsafe(events.put_nowait, (index, ids, logprobs, tops))
+          return push
+
+        futures = self.submit(prepared, on_tokens)
+        for index, future in enumerate(futures):
+          future.add_done_callback(lambda _, i=index: loop.call_soon_threadsafe(
+              events.put_nowait, (i, None, None, None)))
+        return StreamingResponse(self._events(prepared, futures, events, log),
                                  media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache"})
       futures = self.submit(prepared)
@@ -361,20 +373,13 @@ class ChatServer:
                             f"{self.request_timeout_s:g} s; the request was dropped",
                        "server_error", "timeout", headers=(("Retry-After", "1"),))
 
-  async def _events(self, request: Request, prepared: _Prepared, log: _Log):
-    """The chunks of a streamed completion, as server-sent events."""
-    del request  # Starlette cancels this generator when the client hangs up
-    loop = asyncio.get_running_loop()
-    events: asyncio.Queue = asyncio.Queue()
+  async def _events(self, prepared: _Prepared, futures: list, events: asyncio.Queue,
+                    log: _Log):
+    """The chunks of a streamed completion, as server-sent events: `events` carries each
+    choice's new tokens, then its end. Starlette cancels this generator when the client
+    hangs up (its requests are then cancelled)."""
     wants = prepared.request
     streams = [_Stream(self.engine, wants.stop, wants.logprobs) for _ in range(wants.n)]
-
-    def on_tokens(index):
-      def push(ids, logprobs, tops):
-        loop.call_soon_threadsafe(events.put_nowait, (index, ids, logprobs, tops))
-      return push
-
-    futures = []
     created = int(time.time())
 
     def chunk(choices, usage=None) -> bytes:
@@ -390,11 +395,6 @@ class ChatServer:
       return {"index": index, "delta": content, "logprobs": logprobs, "finish_reason": finish}
 
     try:
-      futures = self.submit(prepared, on_tokens)
-      for future, index in zip(futures, range(wants.n)):
-        future.add_done_callback(
-            lambda _, i=index: loop.call_soon_threadsafe(events.put_nowait, (i, None, None,
-                                                                             None)))
       for index in range(wants.n):
         yield chunk([delta(index, "", [], role=True)])
       done = 0
@@ -432,10 +432,6 @@ class ChatServer:
                 "usage": self._usage(prepared, [f.result() for f in futures])}
         yield b"data: " + _dumps(body) + b"\n\n"
       yield b"data: [DONE]\n\n"
-    except APIError as error:
-      self.count_error()
-      log.status = error.status
-      yield b"data: " + _dumps(error.body()) + b"\n\n"
     except Exception as error:  # pylint: disable=broad-except
       self.count_error()
       log.status = 500
@@ -444,8 +440,8 @@ class ChatServer:
                                              f"{str(error)[:2000]}", "server_error",
                                         "internal_error").body()) + b"\n\n"
     finally:
-      if any(not f.done() for f in futures):  # the client hung up mid-stream
-        log.status = 499
+      if log.status == 200 and any(not f.done() for f in futures):
+        log.status = 499  # the client hung up mid-stream
       for future in futures:
         future.cancel()
       self._access(log)

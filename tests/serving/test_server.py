@@ -274,7 +274,7 @@ def test_the_served_policy_is_a_judge_for_perception_judge(served):
 
 
 def test_a_full_queue_is_a_429_and_a_client_that_hangs_up_frees_its_slot(served):
-  server, *_ = served
+  server, client, *_ = served
   url = server.url + "/chat/completions"
   good = json.dumps({"model": NAME, "messages": _user("Where is the chair?"),
                      "max_tokens": 4, "temperature": 0}).encode()
@@ -287,6 +287,8 @@ def test_a_full_queue_is_a_429_and_a_client_that_hangs_up_frees_its_slot(served)
       urllib.request.urlopen(request, timeout=30)
     assert caught.value.code == 429 and caught.value.headers["Retry-After"] == "1"
     assert "max_queue 0" in json.loads(caught.value.read())["error"]["message"]
+    with pytest.raises(openai.RateLimitError, match="max_queue 0"):  # streamed: 429 too
+      list(_ask(client, _user("Where is the chair?"), stream=True))
   finally:
     scheduler.max_queue = limit
   # A long reply whose client hangs up once it runs: its slot is freed mid-reply.
