@@ -108,6 +108,7 @@ bench: $(DEV_STAMP) system-deps
 	$(PY) -m benchmarks.perception_bench
 	$(PY) -m benchmarks.claw_bench
 	$(PY) -m benchmarks.prefix_bench
+	$(PY) -m benchmarks.serving_bench
 
 device-bench: $(DEV_STAMP) system-deps
 	$(PY) -m benchmarks.device_suite
