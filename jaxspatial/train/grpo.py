@@ -26,23 +26,15 @@ from typing import Callable
 
 from jaxspatial.rl.advantages import (group_normalize, or_gigpo_advantages, rloo_advantages,
                                       token_advantages)
+from jaxspatial.train.registry import registrar
 from jaxspatial.train.steps import StepConfig, TrainBatch, batch_logprobs, shard_batch, train_step
 
 Array = jax.Array
 
 
+# name -> fn(trajectory, rewards_PxG, config) -> [B] or [B, S]
 ESTIMATORS: dict[str, Callable] = {}
-
-
-def register_advantage_estimator(name: str):
-  """Registers `fn(trajectory, rewards_PxG, config) -> [B] or [B, S]` as `name`."""
-  def add(function):
-    if name in ESTIMATORS and ESTIMATORS[name] is not function:
-      raise ValueError(f"register_advantage_estimator: {name!r} is already registered "
-                       f"({ESTIMATORS[name].__module__}.{ESTIMATORS[name].__qualname__})")
-    ESTIMATORS[name] = function
-    return function
-  return add
+register_advantage_estimator = registrar(ESTIMATORS, "register_advantage_estimator")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -19,18 +19,10 @@ import jax.numpy as jnp
 
 from jaxspatial.rl.objectives import policy_loss
 from jaxspatial.train.logprobs import token_logprobs
+from jaxspatial.train.registry import registrar
 
 LOSSES: dict[str, Callable] = {}
-
-
-def register_loss(name: str):
-  def add(function):
-    if name in LOSSES and LOSSES[name] is not function:
-      raise ValueError(f"register_loss: {name!r} is already registered "
-                       f"({LOSSES[name].__module__}.{LOSSES[name].__qualname__})")
-    LOSSES[name] = function
-    return function
-  return add
+register_loss = registrar(LOSSES, "register_loss")
 
 
 def get_loss(name: str) -> Callable:
