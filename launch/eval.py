@@ -4,7 +4,7 @@ prepared benchmark with the papers' protocols.
     python -m launch.eval --config configs/<recipe>.py[:variant] [--checkpoint DIR]
         [--split NAME] [--best]
 
-    python -m launch.eval --benchmark NAME --data-dir DIR
+    python -m launch.eval --benchmark NAME --data_dir DIR
         (--checkpoint HF_FOLDER | --endpoint URL --model NAME)
         [--agent think3d|act3d|peria|spatialclaw|none] [--seeds 3] [--limit N | --ids FILE]
         --out DIR

@@ -53,7 +53,9 @@ def _check_geometry(agent, source) -> None:
     if len(source[index]["xyz"]) == 0:
       raise ValueError("think3d: the benchmark was built without point clouds (geometry "
                        "'none'): build it with --caches (Think3D's cache files, "
-                       "launch.reconstruct_scenes) or evaluate with --reconstruction BACKEND")
+                       "launch.reconstruct_scenes) or reconstruct online with "
+                       "--config.reconstruction.backend=pi3 "
+                       "--config.reconstruction.checkpoint=DIR")
 
 
 class EndpointBackend:
