@@ -26,7 +26,7 @@ from data_pipelines.synthetic import teachers
 from data_pipelines.synthetic.questions import FAMILIES
 from jaxspatial import models
 from jaxspatial.models import Precision, memory, model_options, resolve_attention
-from jaxspatial.models.sharding import global_batch, local_rows
+from jaxspatial.models.sharding import HostRows, global_batch, local_rows
 from jaxspatial.rl.objectives import PolicyLossConfig
 from jaxspatial.rollout import AgentRollout, episode, make_agent, tiny
 from jaxspatial.rollout.viewer import trajectory_html
@@ -494,7 +494,7 @@ class AgentRecipe(Experiment):
   def rewards(self, traj, tasks) -> jax.Array:
     """The agent's reward: the device's, or a host reward from the text (PERIA: the public
     reward manager's, its R_correct from `tasks`' references, this process's rows)."""
-    host = self.agent.host_rewards(jax.tree.map(local_rows, traj), self.tokenizer, tasks)
+    host = self.agent.host_rewards(HostRows(traj), self.tokenizer, tasks)
     return traj.reward if host is None else global_batch(host, self.mesh)
 
   def rollout(self, phase, step, key):

@@ -60,6 +60,27 @@ def place(param, host_array):
     param.set_value(jax.device_put(value, PartitionSpec(*names)))
 
 
+class HostRows:
+  """This process's rows of a pytree of global arrays (a trajectory), each field copied to
+  the host when first read: a host reward reads a few fields, and the rest (the views)
+  never leave the device."""
+
+  def __init__(self, tree):
+    self._tree, self._copied = tree, {}
+
+  def __getattr__(self, name):
+    if name.startswith("_"):
+      raise AttributeError(name)
+    if name not in self._copied:
+      self._copied[name] = jax.tree.map(local_rows, getattr(self._tree, name))
+    return self._copied[name]
+
+  @property
+  def copied(self) -> tuple:
+    """The fields read so far (copied to the host)."""
+    return tuple(self._copied)
+
+
 def global_batch(local_tree, mesh):
   """Global arrays (leading axis over ('data', 'fsdp')) from each process's own rows."""
   from jax.sharding import NamedSharding  # pylint: disable=import-outside-toplevel

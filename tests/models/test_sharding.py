@@ -186,3 +186,23 @@ def test_rules():
   assert mesh_axes((None, "vocab")) == (None, "tensor")
   with pytest.raises(KeyError, match="no sharding rule for logical axis 'bogus'"):
     mesh_axes(("bogus",))
+
+
+def test_host_rows_copy_only_the_fields_read():
+  """A host reward's view of a trajectory (recipes' rewards): each field read is this
+  process's rows as numpy; a field never read (the views) is never copied."""
+  import types  # pylint: disable=import-outside-toplevel
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  from jaxspatial.models.sharding import HostRows  # pylint: disable=import-outside-toplevel
+  tokens = np.arange(12, dtype=np.int32).reshape(3, 4)
+  traj = types.SimpleNamespace(tokens=jnp.asarray(tokens),
+                               images=jnp.zeros((3, 2, 8, 8, 3), jnp.uint8),
+                               reward_components={"correct": jnp.asarray([1.0, 0.0, 1.0])})
+  rows = HostRows(traj)
+  assert isinstance(rows.tokens, np.ndarray)
+  np.testing.assert_array_equal(rows.tokens, tokens)
+  np.testing.assert_array_equal(rows.reward_components["correct"], [1.0, 0.0, 1.0])
+  assert rows.copied == ("tokens", "reward_components")
+  with pytest.raises(AttributeError):
+    _ = rows.missing_field
