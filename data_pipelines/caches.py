@@ -25,12 +25,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from jaxspatial.geometry import PointCloud
+from jaxspatial import errors
 
 if TYPE_CHECKING:  # only the annotation: writing a cache needs none of the model adapters
   from jaxspatial.perception.reconstruction import Reconstruction
 
 
-class CacheFormatError(ValueError):
+class CacheFormatError(errors.InputError):
   """A cache file that does not hold what its format promises."""
 
 

@@ -24,6 +24,7 @@ import numpy as np
 from data_pipelines.synthetic.questions import FAMILIES, LETTERS
 from jaxspatial.envs import Task, decode_text  # noqa: F401 (re-exported: readers use it)
 from jaxspatial.geometry import Camera, PointCloud, bucket_size
+from jaxspatial import errors
 
 MAX_VIEWS = 8
 MAX_QUESTION_BYTES = 384
@@ -62,7 +63,7 @@ def encode_text(text: str, length: int) -> np.ndarray:
   return out
 
 
-class RecordError(ValueError):
+class RecordError(errors.RecordError):
   """A dataset record (one scene example) that breaks the stored format
   (data_pipelines/builders/synthetic_spatial.py). `scene` is its scene_seed, `field` the
   field (`questions[2].initial_view` for a question's), the message says what was expected

@@ -37,6 +37,7 @@ import re
 
 import numpy as np
 
+from jaxspatial import errors
 from data_pipelines import caches
 from data_pipelines.readers.common import (BenchmarkFormatError, MissingImageError, check_file,
                                            field, inside_root, read_json_rows)
@@ -84,7 +85,7 @@ class MissingFrameError(MissingImageError):
     return self.args[0]
 
 
-class MissingFeaturesError(FileNotFoundError):
+class MissingFeaturesError(errors.MissingInputError):
   """A row's VGGT feature file is not in the cache."""
 
   def __init__(self, idx, feature_path, source: str = ""):

@@ -54,6 +54,7 @@ from typing import Callable, Iterator
 import numpy as np
 from PIL import Image
 
+from jaxspatial import errors
 from data_pipelines.benchmarks.scene import BenchmarkScene, letterbox, nominal_cameras
 from data_pipelines.caches import CacheFormatError, read_think3d_cache
 from data_pipelines.readers.blink import read_blink
@@ -73,7 +74,7 @@ MAX_ANSWER_BYTES = 192
 VSI_FRAMES = 7
 
 
-class SceneCacheError(ValueError):
+class SceneCacheError(errors.InputError):
   """An image set without a usable Think3D cache in the caches folder."""
 
 

@@ -9,12 +9,14 @@ import pathlib
 import re
 from typing import Any, Iterator
 
+from jaxspatial import errors
+
 OPTION_LETTERS = "ABCDEF"
 # " A. text B. text ..." or "(A) text (B) text": the letters in order, each after a space/start.
 _OPTION = re.compile(r"(?:^|\s)\(?([A-F])[.)]\s+")
 
 
-class BenchmarkFormatError(ValueError):
+class BenchmarkFormatError(errors.RecordError):
   """A row that does not follow its benchmark's published format."""
 
   def __init__(self, path, row: int, record_id, field: str, problem: str):
@@ -26,7 +28,7 @@ class BenchmarkFormatError(ValueError):
     return type(self), (self.path, self.row, self.record_id, self.field, self.problem)
 
 
-class MissingImageError(FileNotFoundError):
+class MissingImageError(errors.MissingInputError):
   """An image a question refers to is not on disk."""
 
   def __init__(self, path, row: int, record_id, image: str):

@@ -35,6 +35,8 @@ import re
 
 import numpy as np
 
+from jaxspatial import errors
+
 MESH_SUFFIX = "_vh_clean_2.ply"
 SEGS_SUFFIX = "_vh_clean_2.0.010000.segs.json"
 AGGREGATION_SUFFIXES = (".aggregation.json", "_vh_clean.aggregation.json")
@@ -51,7 +53,7 @@ _PLY_TYPES = {
 _PLY_FORMATS = {"ascii": None, "binary_little_endian": "<", "binary_big_endian": ">"}
 
 
-class ScanFormatError(ValueError):
+class ScanFormatError(errors.InputError):
   """A scan file that breaks ScanNet's published format: `path`, the `field` (a JSON key,
   a PLY header line, `vertex 12`, `segGroups[3].segments`), and the problem (expected vs
   got)."""
@@ -64,7 +66,7 @@ class ScanFormatError(ValueError):
     return type(self), (self.path, self.field, self.problem)
 
 
-class MissingScanError(FileNotFoundError):
+class MissingScanError(errors.MissingInputError):
   """A file of a scan that is not on disk (`path`; `what` says which file it is)."""
 
   def __init__(self, path, what: str):

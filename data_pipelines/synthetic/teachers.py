@@ -26,6 +26,7 @@ import numpy as np
 from etils import epath
 
 from jaxspatial.rollout.registry import AGENTS
+from jaxspatial import errors
 
 AGENT_NAMES = ("think3d", "act3d", "peria")
 
@@ -67,7 +68,7 @@ def write_scripted(source, agent: str, path, seed: int = 0) -> int:
   return len(lines)
 
 
-class TrajectoryError(ValueError):
+class TrajectoryError(errors.RecordError):
   """A trajectory file line that breaks the format: names the file, the line (from 1; 0 for
   the whole file) and the field, what was expected and what the line holds."""
 

@@ -11,9 +11,9 @@ from jaxspatial.agents.kernel_main import static_check
 from jaxspatial.agents.loop import (EpisodeInput, EpisodeResult, LoopConfig, run_episode,
                                     run_episodes)
 from jaxspatial.agents.sandbox import SandboxUnavailable
-from jaxspatial.agents.tools import EpisodeTools, ToolError, ToolLimits
+from jaxspatial.agents.tools import EpisodeTools, ToolLimits
 
 __all__ = ["CellResult", "EndpointChat", "EpisodeInput", "EpisodeResult", "Kernel",
            "EpisodeTools", "KernelStartError", "Limits", "LoopConfig", "PolicyChat",
-           "SandboxUnavailable", "ToolError", "ToolLimits", "run_episode", "run_episodes",
+           "SandboxUnavailable", "ToolLimits", "run_episode", "run_episodes",
            "static_check"]

@@ -71,6 +71,7 @@ import numpy as np
 from jaxspatial import strict_json
 from jaxspatial.agents import kernel_main as wire
 from jaxspatial.agents import sandbox as sandbox_lib
+from jaxspatial.errors import KernelStartError
 
 STARTUP_TIMEOUT_S = 60.0
 SUMMARY_GRACE_S = 1.0
@@ -129,10 +130,6 @@ class CellResult:
   answer_attempts: int
   tool_calls: dict[str, int]
   seconds: float
-
-
-class KernelStartError(RuntimeError):
-  """The kernel process did not come up (bwrap's or Python's message attached)."""
 
 
 class _Deadline(Exception):

@@ -42,6 +42,8 @@ import sys
 import sysconfig
 import tempfile
 
+from jaxspatial.errors import SandboxUnavailable
+
 INSTALL_HINT = ("install bubblewrap: `apt-get install bubblewrap` (or `make system-deps`); "
                 "Kernel(..., sandbox=False) runs without it, unsafely (benchmark baselines "
                 "only)")
@@ -51,10 +53,6 @@ TMP = "/tmp"
 PACKAGES = ("numpy", "scipy", "PIL")
 NOBODY = 65534
 KERNEL_MAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernel_main.py")
-
-
-class SandboxUnavailable(RuntimeError):
-  """bubblewrap is missing: the kernel refuses to run model-written code without it."""
 
 
 def find_bwrap() -> str | None:

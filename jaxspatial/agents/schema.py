@@ -28,6 +28,7 @@ import math
 import re
 from typing import Any, Sequence
 
+from jaxspatial.errors import StepFormatError
 from jaxspatial.agents.kernel_main import kernel_path
 
 MAX_REPLY_CHARS = 200_000      # a longer reply is cut here before any parsing
@@ -43,10 +44,6 @@ STRUCTURED_HEADERS = ("purpose", "reasoning", "next goal", "action")
 PLAN_SECTIONS = ("task analysis", "information needs", "computation plan",
                  "verification checklist", "fallbacks")
 LETTERS = "ABCDEFGHIJ"
-
-
-class StepFormatError(ValueError):
-  """A reply that does not follow the step schema; the message says what to fix."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -2,7 +2,7 @@
 model's code reaches by the paper's names (kernel_main.kernel_path): `tools.Reconstruct`,
 `tools.SAM3`, `tools.SAM3.video`, `vlm.locate`, ... Each runs here, on the host, with the
 episode's frames; arguments arrive as JSON values and numpy arrays and are checked before
-any work (a `ToolError` says what is wrong; the kernel shows it to the model).
+any work (a `ToolArgumentError` says what is wrong; the kernel shows it to the model).
 
 Groups (the ablations switch them off together):
   perception  Reconstruct, RenderView, RenderBEV, SAM3 (one frame by text, box or points),
@@ -56,6 +56,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from jaxspatial.errors import ToolArgumentError
+
 MAX_FRAMES = 64
 GROUPS = {
     "perception": ("Reconstruct", "RenderView", "RenderBEV", "SAM3", "SAM3.video",
@@ -70,10 +72,6 @@ MAX_RENDER_SIDE = 1024
 MAX_TEXT_CHARS = 2000
 
 
-class ToolError(ValueError):
-  """A tool call the tool refuses; the message is for the model."""
-
-
 # --- argument checks ----------------------------------------------------------------------
 
 def _int(value: Any, name: str, low: int | None = None, high: int | None = None) -> int:
@@ -81,29 +79,29 @@ def _int(value: Any, name: str, low: int | None = None, high: int | None = None)
     if isinstance(value, np.ndarray) and value.shape == () and value.dtype.kind in "iu":
       value = int(value)
     else:
-      raise ToolError(f"{name}: expected an integer, got {type(value).__name__}")
+      raise ToolArgumentError(f"{name}: expected an integer, got {type(value).__name__}")
   value = int(value)
   if (low is not None and value < low) or (high is not None and value > high):
-    raise ToolError(f"{name}: {value} is out of range [{low}, {high}]")
+    raise ToolArgumentError(f"{name}: {value} is out of range [{low}, {high}]")
   return value
 
 
 def _float(value: Any, name: str, low: float | None = None, high: float | None = None) -> float:
   if isinstance(value, bool) or not isinstance(value, (numbers.Real, np.floating, np.integer)):
-    raise ToolError(f"{name}: expected a number, got {type(value).__name__}")
+    raise ToolArgumentError(f"{name}: expected a number, got {type(value).__name__}")
   value = float(value)
   if not math.isfinite(value):
-    raise ToolError(f"{name}: expected a finite number, got {value}")
+    raise ToolArgumentError(f"{name}: expected a finite number, got {value}")
   if (low is not None and value < low) or (high is not None and value > high):
-    raise ToolError(f"{name}: {value:g} is out of range [{low}, {high}]")
+    raise ToolArgumentError(f"{name}: {value:g} is out of range [{low}, {high}]")
   return value
 
 
 def _text(value: Any, name: str, limit: int = MAX_TEXT_CHARS) -> str:
   if not isinstance(value, str) or not value.strip():
-    raise ToolError(f"{name}: expected a non-empty string")
+    raise ToolArgumentError(f"{name}: expected a non-empty string")
   if len(value) > limit:
-    raise ToolError(f"{name}: {len(value)} characters, over the limit of {limit}")
+    raise ToolArgumentError(f"{name}: {len(value)} characters, over the limit of {limit}")
   return value.strip()
 
 
@@ -112,14 +110,14 @@ def _array(value: Any, name: str, shape: tuple, dtype_kind: str = "fiu") -> np.n
   try:
     array = np.asarray(value)
   except (ValueError, TypeError) as error:
-    raise ToolError(f"{name}: not an array ({error})") from None
+    raise ToolArgumentError(f"{name}: not an array ({error})") from None
   if array.dtype.kind not in dtype_kind or array.ndim != len(shape) or any(
       s is not None and s != a for s, a in zip(shape, array.shape)):
     want = "x".join("N" if s is None else str(s) for s in shape)
-    raise ToolError(f"{name}: expected a numeric array of shape [{want}], got "
+    raise ToolArgumentError(f"{name}: expected a numeric array of shape [{want}], got "
                     f"{array.dtype} {list(array.shape)}")
   if array.dtype.kind == "f" and not np.isfinite(array).all():
-    raise ToolError(f"{name}: holds NaN or infinite values")
+    raise ToolArgumentError(f"{name}: holds NaN or infinite values")
   return array
 
 
@@ -129,20 +127,20 @@ def _image(value: Any, name: str) -> np.ndarray:
   if array.ndim == 2:
     array = np.repeat(array[..., None], 3, axis=-1)
   if array.ndim != 3 or array.shape[-1] not in (3, 4) or min(array.shape[:2]) < 1:
-    raise ToolError(f"{name}: expected an image [H, W, 3], got shape {list(array.shape)}")
+    raise ToolArgumentError(f"{name}: expected an image [H, W, 3], got shape {list(array.shape)}")
   if array.shape[0] * array.shape[1] > 4096 * 4096:
-    raise ToolError(f"{name}: {array.shape[1]} x {array.shape[0]} is over 4096 x 4096 pixels")
+    raise ToolArgumentError(f"{name}: {array.shape[1]} x {array.shape[0]} is over 4096 x 4096 pixels")
   array = array[..., :3]
   if array.dtype == np.uint8:
     return array
   if array.dtype.kind == "f":
     if not np.isfinite(array).all():
-      raise ToolError(f"{name}: holds NaN or infinite values")
+      raise ToolArgumentError(f"{name}: holds NaN or infinite values")
     scale = 255.0 if array.max(initial=0.0) <= 1.0 else 1.0
     return np.clip(np.rint(array * scale), 0, 255).astype(np.uint8)
   if array.dtype.kind in "iub":
     return np.clip(array, 0, 255).astype(np.uint8)
-  raise ToolError(f"{name}: expected a numeric image, got {array.dtype}")
+  raise ToolArgumentError(f"{name}: expected a numeric image, got {array.dtype}")
 
 
 def frame_indices(value: Any, count: int, limit: int = MAX_FRAMES,
@@ -150,21 +148,21 @@ def frame_indices(value: Any, count: int, limit: int = MAX_FRAMES,
   """Distinct frame indices in [0, count): an int, a list, or None (all, if <= limit)."""
   if value is None:
     if count > limit:
-      raise ToolError(f"{name}: this task has {count} frames, over the limit of {limit} "
+      raise ToolArgumentError(f"{name}: this task has {count} frames, over the limit of {limit} "
                       f"a call; pass frames=[...] (e.g. every {math.ceil(count / limit)}th)")
     return list(range(count))
   if isinstance(value, np.ndarray):
     value = value.tolist()
   if isinstance(value, (list, tuple)):
     if not value:
-      raise ToolError(f"{name}: expected at least one frame index")
+      raise ToolArgumentError(f"{name}: expected at least one frame index")
     if len(value) > limit:
-      raise ToolError(f"{name}: {len(value)} frames, over the limit of {limit} a call")
+      raise ToolArgumentError(f"{name}: {len(value)} frames, over the limit of {limit} a call")
     out = [_int(v, f"{name}[{k}]", 0, count - 1) for k, v in enumerate(value)]
   else:
     out = [_int(value, name, 0, count - 1)]
   if len(set(out)) != len(out):
-    raise ToolError(f"{name}: repeated frame indices {out}")
+    raise ToolArgumentError(f"{name}: repeated frame indices {out}")
   return out
 
 
@@ -172,7 +170,7 @@ def _pixel_box(value: Any, height: int, width: int, name: str = "box") -> np.nda
   box = _array(value, name, (4,)).astype(np.float64)
   x1, y1, x2, y2 = box
   if not (0 <= x1 < x2 <= width and 0 <= y1 < y2 <= height):
-    raise ToolError(f"{name}: expected pixels [x1, y1, x2, y2] with 0 <= x1 < x2 <= {width} "
+    raise ToolArgumentError(f"{name}: expected pixels [x1, y1, x2, y2] with 0 <= x1 < x2 <= {width} "
                     f"and 0 <= y1 < y2 <= {height}, got {box.tolist()}")
   return box
 
@@ -267,7 +265,7 @@ class DepthGeometry:
 
   def frames(self, frames_NxHxWx3: np.ndarray, indices: Sequence[int]) -> FrameGeometry:
     if self.depths.shape[1:] != frames_NxHxWx3.shape[1:3]:
-      raise ToolError("Reconstruct: the stored depth maps do not match the frames' size")
+      raise ToolArgumentError("Reconstruct: the stored depth maps do not match the frames' size")
     index = np.asarray(indices)
     depth = np.where(np.isfinite(self.depths[index]), self.depths[index], 0.0).astype(
         np.float32)
@@ -287,7 +285,7 @@ class CloudGeometry:
 
   def frames(self, frames_NxHxWx3: np.ndarray, indices: Sequence[int]) -> FrameGeometry:
     if not bool(np.asarray(self.cloud.valid).any()):
-      raise ToolError("Reconstruct: this task's stored point cloud is empty")
+      raise ToolArgumentError("Reconstruct: this task's stored point cloud is empty")
     height, width = frames_NxHxWx3.shape[1:3]
     cameras = _take_cameras(self.cameras, indices)
     index, depth = _render_cloud(self.cloud, cameras, height, width, self.splat_radius)
@@ -666,12 +664,12 @@ class EpisodeTools:
     """Per-frame geometry of the chosen frames in a gravity-aligned world."""
     indices = frame_indices(frames, len(self.frames), self.limits.max_frames)
     if self.geometry is None:
-      raise ToolError("Reconstruct: no reconstruction is configured for this run (no "
+      raise ToolArgumentError("Reconstruct: no reconstruction is configured for this run (no "
                       "stored geometry and no reconstruction backend)")
     n, (height, width) = len(indices), self.frames.shape[1:3]
     size = n * height * width * (3 * 4 + 4 + 1)
     if size > self.limits.max_output_bytes:
-      raise ToolError(f"Reconstruct: {n} frames of {width} x {height} give {size >> 20} MB, "
+      raise ToolArgumentError(f"Reconstruct: {n} frames of {width} x {height} give {size >> 20} MB, "
                       f"over the limit of {self.limits.max_output_bytes >> 20} MB; pass fewer "
                       "frames")
     geometry = self.geometry.frames(self.frames, indices)
@@ -709,9 +707,9 @@ class EpisodeTools:
     with self._lock:
       last = self._last
     if last is None:
-      raise ToolError(f"{name}: nothing to render yet; call tools.Reconstruct(...) first")
+      raise ToolArgumentError(f"{name}: nothing to render yet; call tools.Reconstruct(...) first")
     if not len(last["xyz"]):
-      raise ToolError(f"{name}: the last reconstruction has no points")
+      raise ToolArgumentError(f"{name}: the last reconstruction has no points")
     return pad_to_bucket(PointCloud.create(last["xyz"], last["rgb"])), last
 
   def _render(self, cloud, c2w, k, height, width, spacing: float, splat_radius: int = 6):
@@ -739,13 +737,13 @@ class EpisodeTools:
       rotation = c2w[:3, :3]
       if (not np.allclose(rotation @ rotation.T, np.eye(3), atol=1e-3)
           or np.linalg.det(rotation) < 0 or not np.allclose(c2w[3], [0, 0, 0, 1])):
-        raise ToolError("extrinsics: expected a rigid 4x4 camera-to-world pose")
+        raise ToolArgumentError("extrinsics: expected a rigid 4x4 camera-to-world pose")
     else:
       if eye is None or target is None:
-        raise ToolError("RenderView: give eye=[x, y, z] and target=[x, y, z], or extrinsics")
+        raise ToolArgumentError("RenderView: give eye=[x, y, z] and target=[x, y, z], or extrinsics")
       eye_v, target_v = _array(eye, "eye", (3,)), _array(target, "target", (3,))
       if np.linalg.norm(target_v - eye_v) < 1e-6:
-        raise ToolError("RenderView: eye and target coincide")
+        raise ToolArgumentError("RenderView: eye and target coincide")
       c2w = np.asarray(look_at(eye_v, target_v, up=(0.0, 1.0, 0.0)), np.float64)
       # look_at keeps the image's down along -up: with +Y up that is our convention.
     cloud, last = self._cloud("RenderView")
@@ -762,7 +760,7 @@ class EpisodeTools:
     side = _int(size, "size", 64, MAX_RENDER_SIDE)
     margin = _float(margin, "margin", 0.0, 1.0)
     if not isinstance(cameras, (bool, np.bool_)):
-      raise ToolError("cameras: expected True or False")
+      raise ToolArgumentError("cameras: expected True or False")
     cloud, last = self._cloud("RenderBEV")
     xyz = last["xyz"]
     lo = np.minimum(xyz.min(0), last["c2w"][:, :3, 3].min(0))
@@ -792,7 +790,7 @@ class EpisodeTools:
     """The checked prompts of a SAM3 call on frame `index`: (text, box, points, labels)."""
     height, width = self.frames.shape[1:3]
     if need and text is None and box is None and points is None:
-      raise ToolError(f"{name}: give text='...', box=[x1, y1, x2, y2] or points=[[x, y], "
+      raise ToolArgumentError(f"{name}: give text='...', box=[x1, y1, x2, y2] or points=[[x, y], "
                       "...] (pixels)")
     text = None if text is None else _text(text, "text", 200)
     box = None if box is None else _pixel_box(box, height, width)
@@ -800,11 +798,11 @@ class EpisodeTools:
     if points is not None:
       points = _array(points, "points", (None, 2)).astype(np.float64)
       if not 1 <= len(points) <= MAX_POINT_PROMPTS:
-        raise ToolError(f"points: expected 1 to {MAX_POINT_PROMPTS} points [[x, y], ...], "
+        raise ToolArgumentError(f"points: expected 1 to {MAX_POINT_PROMPTS} points [[x, y], ...], "
                         f"got {len(points)}")
       if not ((points[:, 0] >= 0).all() and (points[:, 0] < width).all()
               and (points[:, 1] >= 0).all() and (points[:, 1] < height).all()):
-        raise ToolError(f"points: pixels [x, y] with 0 <= x < {width} and 0 <= y < {height}, "
+        raise ToolArgumentError(f"points: pixels [x, y] with 0 <= x < {width} and 0 <= y < {height}, "
                         f"got {points.tolist()}")
       if point_labels is None:
         labels = [1] * len(points)
@@ -812,11 +810,11 @@ class EpisodeTools:
         labels = [_int(v, f"point_labels[{k}]", 0, 1) for k, v in
                   enumerate(_array(point_labels, "point_labels", (len(points),), "iub"))]
       if not any(labels):
-        raise ToolError("point_labels: at least one point must be positive (1)")
+        raise ToolArgumentError("point_labels: at least one point must be positive (1)")
     elif point_labels is not None:
-      raise ToolError("point_labels: given without points")
+      raise ToolArgumentError("point_labels: given without points")
     if self.segmenter is None:
-      raise ToolError(f"{name}: no segmentation model is configured for this run (SAM 3 "
+      raise ToolArgumentError(f"{name}: no segmentation model is configured for this run (SAM 3 "
                       "needs a model folder)")
     return text, box, points, labels
 
@@ -852,7 +850,7 @@ class EpisodeTools:
     start = indices[0] if prompt_frame is None else _int(prompt_frame, "prompt_frame", 0,
                                                          len(self.frames) - 1)
     if start not in indices:
-      raise ToolError(f"prompt_frame: {start} is not one of frames {indices}")
+      raise ToolArgumentError(f"prompt_frame: {start} is not one of frames {indices}")
     text, box, points, labels = self._prompts("SAM3.video", start, text, box, points,
                                               point_labels)
     height, width = self.frames.shape[1:3]
@@ -864,7 +862,7 @@ class EpisodeTools:
     objects = [o for o in objects if o["masks"]][:self.limits.max_video_objects]
     size = len(objects) * len(indices) * height * width
     if size > self.limits.max_output_bytes:
-      raise ToolError(f"SAM3.video: {len(objects)} objects in {len(indices)} frames of "
+      raise ToolArgumentError(f"SAM3.video: {len(objects)} objects in {len(indices)} frames of "
                       f"{width} x {height} give {size >> 20} MB, over the limit of "
                       f"{self.limits.max_output_bytes >> 20} MB; pass fewer frames")
     masks = np.zeros((len(objects), len(indices), height, width), bool)
@@ -908,7 +906,7 @@ class EpisodeTools:
     index = _int(frame, "frame", 0, len(self.frames) - 1)
     text = _text(text, "text", 200)
     if self.segmenter is None:
-      raise ToolError("SAM3.exists: no segmentation model is configured for this run (SAM 3 "
+      raise ToolArgumentError("SAM3.exists: no segmentation model is configured for this run (SAM 3 "
                       "needs a model folder)")
     if hasattr(self.segmenter, "exists"):
       present, score = self.segmenter.exists(index, self.frames[index], text)
@@ -948,9 +946,9 @@ class EpisodeTools:
     if isinstance(images, np.ndarray):
       images = [images] if images.ndim in (2, 3) else list(images)
     if not isinstance(images, (list, tuple)):
-      raise ToolError("images: expected a list of frame indices or image arrays")
+      raise ToolArgumentError("images: expected a list of frame indices or image arrays")
     if len(images) > self.limits.max_images:
-      raise ToolError(f"images: {len(images)} images, over the limit of "
+      raise ToolArgumentError(f"images: {len(images)} images, over the limit of "
                       f"{self.limits.max_images}")
     out = []
     for k, item in enumerate(images):
@@ -963,10 +961,10 @@ class EpisodeTools:
 
   def _ask(self, question: str, images: list, record: str, thinking: bool = False) -> str:
     if self.ask is None:
-      raise ToolError("the VLM tools are not available in this run")
+      raise ToolArgumentError("the VLM tools are not available in this run")
     with self._lock:
       if self._vlm_calls >= self.limits.max_vlm_calls:
-        raise ToolError(f"the limit of {self.limits.max_vlm_calls} VLM sub-questions in an "
+        raise ToolArgumentError(f"the limit of {self.limits.max_vlm_calls} VLM sub-questions in an "
                         "episode is reached")
       self._vlm_calls += 1
     reply = (self.ask(question, images, thinking=True) if thinking
@@ -1021,13 +1019,13 @@ class EpisodeTools:
     (x, y), depth [M] and in_front [M]."""
     xyz = _array(points, "points", (None, 3)).astype(np.float64)
     if len(xyz) > self.limits.max_project_points:
-      raise ToolError(f"points: {len(xyz)} points, over the limit of "
+      raise ToolArgumentError(f"points: {len(xyz)} points, over the limit of "
                       f"{self.limits.max_project_points}")
     c2w = _array(extrinsics, "extrinsics", (4, 4)).astype(np.float64)
     k = _array(intrinsics, "intrinsics", (3, 3)).astype(np.float64)
     rotation = c2w[:3, :3]
     if not np.allclose(rotation @ rotation.T, np.eye(3), atol=1e-3):
-      raise ToolError("extrinsics: the rotation part is not orthonormal")
+      raise ToolArgumentError("extrinsics: the rotation part is not orthonormal")
     cam = (xyz - c2w[:3, 3]) @ rotation
     z = cam[:, 2]
     safe = np.where(np.abs(z) < 1e-9, 1e-9, z)
@@ -1047,10 +1045,10 @@ class EpisodeTools:
     pts = np.zeros((0, 2)) if points is None else _array(points, "points", (None, 2))
     bxs = np.zeros((0, 4)) if boxes is None else _array(boxes, "boxes", (None, 4))
     if len(pts) + len(bxs) > 256:
-      raise ToolError("Annotate: at most 256 points and boxes")
+      raise ToolArgumentError("Annotate: at most 256 points and boxes")
     names = [] if labels is None else list(labels)
     if len(names) not in (0, len(pts) + len(bxs)):
-      raise ToolError(f"labels: expected {len(pts) + len(bxs)} labels (points, then boxes), "
+      raise ToolArgumentError(f"labels: expected {len(pts) + len(bxs)} labels (points, then boxes), "
                       f"got {len(names)}")
     names = [str(n)[:40] for n in names]
     colour = tuple(int(c) for c in _array(color, "color", (3,)).clip(0, 255))
@@ -1073,7 +1071,7 @@ class EpisodeTools:
     """Area (pixels), centroid [x, y] and box [x1, y1, x2, y2] of a boolean mask [H, W]."""
     array = np.asarray(mask)
     if array.ndim != 2 or array.dtype.kind not in "bui" or array.size > 4096 * 4096:
-      raise ToolError(f"mask: expected a boolean [H, W] mask, got {array.dtype} "
+      raise ToolArgumentError(f"mask: expected a boolean [H, W] mask, got {array.dtype} "
                       f"{list(array.shape)}")
     rows, cols = np.nonzero(array)
     if not len(rows):

@@ -23,11 +23,9 @@ import pathlib
 import threading
 from typing import Iterable
 
+from jaxspatial.errors import ResumeError
+
 ITEM_FIELDS = ("setting", "seed", "question_id")
-
-
-class ResumeError(ValueError):
-  """The output folder holds another run's predictions."""
 
 
 def item_key(row: dict) -> tuple[str, int, str]:

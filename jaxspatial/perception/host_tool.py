@@ -38,11 +38,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxspatial.errors import ToolError
+
 ON_ERROR = ("raise", "flag")
-
-
-class ToolError(RuntimeError):
-  """A host tool failed for good (after its retries)."""
 
 
 @dataclasses.dataclass

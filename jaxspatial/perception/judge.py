@@ -94,6 +94,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from jaxspatial.errors import ServiceError
 from jaxspatial.perception.service import (CallStats, TransportError, excerpt, http_request)
 
 RETRYABLE_STATUS = (408, 429)  # and every 5xx
@@ -101,7 +102,7 @@ MAX_RETRY_AFTER_S = 60.0
 MAX_REPLY_BYTES = 8 << 20
 
 
-class EndpointError(RuntimeError):
+class EndpointError(ServiceError):
   """A chat request failed for good (after its retries), or the budget is spent."""
 
 

@@ -56,7 +56,7 @@ import numpy as np
 
 from jaxspatial.perception import tools as perception_tools
 from jaxspatial import strict_json
-from jaxspatial.perception.host_tool import ToolError  # one error for local and remote tools
+from jaxspatial.errors import ToolError, TransportError, WireError  # one ToolError, local or remote
 
 DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
           "float16", "float32", "float64", "complex64", "complex128")
@@ -68,19 +68,6 @@ EXCERPT = 300               # characters of a response body quoted in an error
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 _ARRAY_KEY = "__ndarray__"
 LOG = logging.getLogger("jaxspatial.perception.server")
-
-
-class WireError(ValueError):
-  """A body that does not follow the wire format."""
-
-
-class TransportError(OSError):
-  """No complete HTTP response: `kind` is "timeout", "refused", "disconnected",
-  "connection", "protocol" or "oversize"."""
-
-  def __init__(self, kind: str, message: str):
-    super().__init__(message)
-    self.kind = kind
 
 
 RETRYABLE = ("timeout", "refused", "disconnected", "connection")

@@ -18,12 +18,9 @@ from typing import Sequence
 
 import numpy as np
 
+from jaxspatial.errors import ToolArgumentError
 GRID = 1000  # PERIA's coordinate grid over width and height
 SUCCESS = "Tool executed successfully.\nResult: "
-
-
-class ToolArgumentError(ValueError):
-  """A model-written argument that cannot be used; the tools turn it into error text."""
 
 
 _REPR = reprlib.Repr()

@@ -37,6 +37,7 @@ import os
 import threading
 from typing import Any, Callable
 
+from jaxspatial.errors import ModelFolderError
 from jaxspatial.perception import detection, ocr, paddleocr_vl, segmentation
 from jaxspatial.perception.host_tool import TextTool
 from jaxspatial.perception.tool_args import SUCCESS
@@ -53,10 +54,6 @@ _LOADERS: dict[str, Callable] = {
     "sam3": segmentation.SAM3Backend.from_pretrained,
     "grounding_dino": detection.GroundingDinoBackend.from_pretrained,
 }
-
-
-class ModelFolderError(ValueError):
-  """A tool's model folder is missing or does not load."""
 
 
 def _run_ocr(name, image, arguments, backend) -> str:

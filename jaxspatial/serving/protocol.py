@@ -22,6 +22,7 @@ import numbers
 from typing import Any
 
 from jaxspatial import strict_json
+from jaxspatial.errors import ServiceError
 
 MAX_STOPS = 4
 MAX_N = 8             # choices per request
@@ -42,7 +43,7 @@ _REFUSED = {  # field -> (the value that is fine, why anything else is refused)
 }
 
 
-class APIError(Exception):
+class APIError(ServiceError):
   """An error returned as OpenAI's {"error": {"message", "type", "param", "code"}}."""
 
   def __init__(self, status: int, message: str, type_: str = "invalid_request_error",

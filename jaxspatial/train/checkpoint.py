@@ -40,22 +40,11 @@ from etils import epath
 from flax import nnx
 from orbax.checkpoint.checkpoint_manager import StepAlreadyExistsError
 
+from jaxspatial.errors import CheckpointCorruptError, CheckpointError, CheckpointMismatchError
 from jaxspatial.train import fingerprint
 
 _INTEGRITY = "_integrity"  # reserved key of the `extra` item
 _VERSION = 1
-
-
-class CheckpointError(RuntimeError):
-  """A checkpoint step could not be written (the base of this module's errors)."""
-
-
-class CheckpointCorruptError(CheckpointError):
-  """A requested checkpoint step does not read back intact, or no step does."""
-
-
-class CheckpointMismatchError(CheckpointError, ValueError):
-  """The model or optimizer given does not have the checkpoint's structure."""
 
 
 class _Unusable(Exception):
