@@ -54,7 +54,7 @@ def build(work: pathlib.Path) -> pathlib.Path:
         path.write_bytes(_photo(relative))
   done = subprocess.run([sys.executable, "-m", "launch.build_benchmark", "--benchmark",
                          "mindcube_tiny", "--source", str(work / "source"), "--questions",
-                         str(QUESTIONS), "--data-dir", str(data)], cwd=REPO,
+                         str(QUESTIONS), "--data_dir", str(data)], cwd=REPO,
                         capture_output=True, text=True, check=False)
   if done.returncode:
     raise SystemExit(f"build failed: {done.stderr[-2000:]}")

@@ -1,6 +1,6 @@
 r"""Act3D: trajectory SFT, then GRPO with the composite judge / EM / interaction reward.
 
-    python -m launch.build_benchmark --benchmark scanqa --source SRC --data-dir /data
+    python -m launch.build_benchmark --benchmark scanqa --source SRC --data_dir /data
     python -m launch.train --config configs/act3d_grpo.py \
         --config.model.checkpoint=/ckpt/qwen --config.data.data_dir=/data \
         --config.sft.trajectories=/data/act3d_sft.jsonl \

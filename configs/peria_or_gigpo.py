@@ -1,7 +1,7 @@
 r"""PERIA: cold-start SFT, then OR-GIGPO (episode + step-group advantages), no KL, token mean.
 
     python -m launch.build_benchmark --benchmark chartqa --source "SRC/ChartQA Dataset" \
-        --data-dir /data --width 800 --height 600
+        --data_dir /data --width 800 --height 600
     python -m launch.train --config configs/peria_or_gigpo.py \
         --config.model.checkpoint=/ckpt/Qwen3-VL-8B-Thinking --config.data.data_dir=/data \
         --config.sft.trajectories=/data/peria_sft.jsonl

@@ -18,7 +18,7 @@ one cache folder for both splits, so reconstruct the two files together:
         --questions /tmp/mindcube_all.jsonl --root SRC --out /data/think3d_caches \
         --backend pi3 --checkpoint /ckpt/Pi3/model.safetensors --device cuda
     python -m launch.build_benchmark --benchmark mindcube --source SRC \
-        --caches /data/think3d_caches --data-dir /data --width 640 --height 480
+        --caches /data/think3d_caches --data_dir /data --width 640 --height 480
 
 Building takes about 91 s per 400 image sets on a 2-core CPU (MindCube-Tiny's, measured);
 Pi3's reconstructions on a GPU: not measured here. The stored views' size must be

@@ -37,7 +37,9 @@ MANIFEST = "manifest.json"
 ON_ERROR = ("raise", "skip")
 # Benchmarks whose questions list image files; VSI-Bench gives videos and ScanQA scene
 # folders, which need frames sampled first.
-BENCHMARKS = {"mindcube": readers.read_mindcube, "blink": readers.read_blink}
+# Named as launch.build_benchmark names them.
+BENCHMARKS = {"mindcube": readers.read_mindcube, "mindcube_tiny": readers.read_mindcube,
+              "blink_mv": readers.read_blink}
 
 
 @dataclasses.dataclass(frozen=True)

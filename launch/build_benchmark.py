@@ -1,7 +1,7 @@
 """Builds a benchmark's tasks (TFDS ArrayRecord) from its published files.
 
     python -m launch.build_benchmark --benchmark mindcube_tiny --source DIR \\
-        --data-dir outputs/data [--caches DIR] [--width 640 --height 480] [--frames 7]
+        --data_dir outputs/data [--caches DIR] [--width 640 --height 480] [--frames 7]
         [--points 200000] [--scans DIR] [--questions FILE]
 
 NAME: mindcube, mindcube_tiny, blink_mv, vsibench, scanqa, sqa3d, chartqa, hrbench (what
@@ -13,40 +13,43 @@ vertices read, subsampled to 200k points, 184 candidate views rendered for the i
 
 from __future__ import annotations
 
-import argparse
 import collections
 import json
 import time
 
+from absl import app, flags
+
 from data_pipelines.builders import BENCHMARKS, build_benchmark
 
+_BENCHMARK = flags.DEFINE_enum("benchmark", None, sorted(BENCHMARKS), "the benchmark to build")
+_SOURCE = flags.DEFINE_string("source", None, "the benchmark's published files")
+_DATA_DIR = flags.DEFINE_string("data_dir", "outputs/data", "where the tasks are written")
+_QUESTIONS = flags.DEFINE_string("questions", None, "one question file to build (default: "
+                                 "the benchmark's files under --source)")
+_CACHES = flags.DEFINE_string("caches", None, "Think3D caches with manifest.json")
+_SCANS = flags.DEFINE_string("scans", None, "ScanNet scans (default: SOURCE/scans)")
+_WIDTH = flags.DEFINE_integer("width", None, "image width (default: the benchmark's)")
+_HEIGHT = flags.DEFINE_integer("height", None, "image height (default: the benchmark's)")
+_FRAMES = flags.DEFINE_integer("frames", None, "VSI-Bench frames per video (default: 7)")
+_POINTS = flags.DEFINE_integer("points", None, "a scan's point budget (default: 200,000)")
+flags.mark_flags_as_required(["benchmark", "source"])
 
-def main(argv=None) -> None:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--benchmark", required=True, choices=BENCHMARKS)
-  parser.add_argument("--source", required=True, help="the benchmark's published files")
-  parser.add_argument("--data-dir", default="outputs/data")
-  parser.add_argument("--questions", default=None, help="one question file to build")
-  parser.add_argument("--caches", default=None, help="Think3D caches with manifest.json")
-  parser.add_argument("--scans", default=None, help="ScanNet scans (default SOURCE/scans)")
-  parser.add_argument("--width", type=int, default=None)
-  parser.add_argument("--height", type=int, default=None)
-  parser.add_argument("--frames", type=int, default=None, help="VSI-Bench frames per video")
-  parser.add_argument("--points", type=int, default=None, help="a scan's point budget")
-  args = parser.parse_args(argv)
+
+def main(argv) -> None:
+  del argv
   start = time.perf_counter()
-  builder = build_benchmark(args.benchmark, args.source, args.data_dir,
-                            questions=args.questions, caches=args.caches, scans=args.scans,
-                            width=args.width, height=args.height, frames=args.frames,
-                            points=args.points)
+  builder = build_benchmark(_BENCHMARK.value, _SOURCE.value, _DATA_DIR.value,
+                            questions=_QUESTIONS.value, caches=_CACHES.value,
+                            scans=_SCANS.value, width=_WIDTH.value, height=_HEIGHT.value,
+                            frames=_FRAMES.value, points=_POINTS.value)
   for split, source in builder.as_data_source().items():
     categories = collections.Counter()
     for i in range(len(source)):
       categories.update(q["category"] for q in json.loads(source[i]["questions"]))
     print(f"{split:<8} {len(source):>6} scenes {sum(categories.values()):>7} questions  "
           + "  ".join(f"{k} {v}" for k, v in sorted(categories.items())))
-  print(f"{args.benchmark} ready in {time.perf_counter() - start:.1f} s: {builder.data_path}")
+  print(f"{_BENCHMARK.value} ready in {time.perf_counter() - start:.1f} s: {builder.data_path}")
 
 
 if __name__ == "__main__":
-  main()
+  app.run(main)

@@ -12,31 +12,37 @@ Sets whose cache exists are skipped, so rerunning an interrupted command resumes
 
 from __future__ import annotations
 
-import argparse
 import json
+import sys
+
+from absl import app, flags
 
 from data_pipelines import scene_caches
 
+_BENCHMARK = flags.DEFINE_enum("benchmark", None, sorted(scene_caches.BENCHMARKS),
+                               "the benchmark whose image sets are reconstructed")
+_QUESTIONS = flags.DEFINE_string("questions", None, "the benchmark's question file")
+_ROOT = flags.DEFINE_string("root", None, "the images' folder (default: the question "
+                            "file's)")
+_OUT = flags.DEFINE_string("out", None, "the cache folder")
+_BACKEND = flags.DEFINE_enum("backend", "pi3", ["pi3", "vggt", "da3"], "the reconstructor")
+_CHECKPOINT = flags.DEFINE_string("checkpoint", None, "a local checkpoint file or folder")
+_DEVICE = flags.DEFINE_string("device", "cpu", "torch device, e.g. cuda")
+_ON_ERROR = flags.DEFINE_enum("on_error", "raise", list(scene_caches.ON_ERROR),
+                              "an image set that fails: stop the run, or record it and go on")
+flags.mark_flags_as_required(["benchmark", "questions", "out", "checkpoint"])
 
-def main(argv=None) -> None:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--benchmark", required=True, choices=sorted(scene_caches.BENCHMARKS))
-  parser.add_argument("--questions", required=True, help="the benchmark's question file")
-  parser.add_argument("--root", default=None, help="the images' folder")
-  parser.add_argument("--out", required=True, help="the cache folder")
-  parser.add_argument("--backend", default="pi3", choices=("pi3", "vggt", "da3"))
-  parser.add_argument("--checkpoint", required=True, help="a local checkpoint file or folder")
-  parser.add_argument("--device", default="cpu", help="torch device, e.g. cuda")
-  parser.add_argument("--on-error", default="raise", choices=scene_caches.ON_ERROR)
-  args = parser.parse_args(argv)
+
+def main(argv) -> None:
+  del argv
   try:
     summary = scene_caches.reconstruct_benchmark(
-        args.benchmark, args.questions, args.out, args.root, backend=args.backend,
-        checkpoint=args.checkpoint, device=args.device, on_error=args.on_error)
+        _BENCHMARK.value, _QUESTIONS.value, _OUT.value, _ROOT.value, backend=_BACKEND.value,
+        checkpoint=_CHECKPOINT.value, device=_DEVICE.value, on_error=_ON_ERROR.value)
   except (ImportError, FileNotFoundError, ValueError) as error:  # setup: a message, no trace
-    parser.exit(2, f"reconstruct_scenes: {error}\n")
+    sys.exit(f"reconstruct_scenes: {error}")
   print(json.dumps(summary))
 
 
 if __name__ == "__main__":
-  main()
+  app.run(main)

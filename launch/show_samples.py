@@ -8,15 +8,18 @@ Cost: a few seconds per sample on a 2-core CPU.
 
 from __future__ import annotations
 
-import argparse
 import pathlib
 import textwrap
 
+from absl import app, flags
 from PIL import Image, ImageDraw
 
 from data_pipelines.synthetic import RIGS, SampleConfig, make_sample
 
 LINE = 13
+_SPLIT = flags.DEFINE_string("split", "train", "the split the samples are drawn from")
+_COUNT = flags.DEFINE_integer("count", 6, "how many samples")
+_OUT = flags.DEFINE_string("out", "outputs/samples.png", "the PNG to write")
 
 
 def sample_panel(sample, max_views: int = 4, text_width: int = 110) -> Image.Image:
@@ -38,22 +41,18 @@ def sample_panel(sample, max_views: int = 4, text_width: int = 110) -> Image.Ima
   return panel
 
 
-def main(argv=None) -> pathlib.Path:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--split", default="train")
-  parser.add_argument("--count", type=int, default=6)
-  parser.add_argument("--out", default="outputs/samples.png")
-  args = parser.parse_args(argv)
+def main(argv) -> pathlib.Path:
+  del argv
   config = SampleConfig(width=192, height=144)
-  panels = [sample_panel(make_sample(args.split, i, RIGS[i % len(RIGS)], config))
-            for i in range(args.count)]
+  panels = [sample_panel(make_sample(_SPLIT.value, i, RIGS[i % len(RIGS)], config))
+            for i in range(_COUNT.value)]
   sheet = Image.new("RGB", (max(p.width for p in panels),
                             sum(p.height + 6 for p in panels)), (10, 10, 10))
   top = 0
   for panel in panels:
     sheet.paste(panel, (0, top))
     top += panel.height + 6
-  out = pathlib.Path(args.out)
+  out = pathlib.Path(_OUT.value)
   out.parent.mkdir(parents=True, exist_ok=True)
   sheet.save(out)
   print(f"{len(panels)} samples: {out.resolve()}")
@@ -61,4 +60,4 @@ def main(argv=None) -> pathlib.Path:
 
 
 if __name__ == "__main__":
-  main()
+  app.run(main)

@@ -164,23 +164,22 @@ def build_command(c, agent) -> str:
   """The command that prepares the config's dataset, with what its source folder holds."""
   d = c.data
   if d.builder == "synthetic_spatial":
-    return (f"python -m launch.build_data --config {d.config} --data-dir {d.data_dir} (or "
+    return (f"python -m launch.build_data --config {d.config} --data_dir {d.data_dir} (or "
             "--config.data.build=True)")
   if d.builder != "spatial_benchmark":
     return f"prepare the TFDS dataset {d.builder}/{d.config} under {d.data_dir}"
   from data_pipelines.builders.spatial_benchmark import SPLITS  # pylint: disable=import-outside-toplevel
   command = (f"python -m launch.build_benchmark --benchmark {d.config} --source DIR "
-             f"--data-dir {d.data_dir}")
+             f"--data_dir {d.data_dir}")
   if loads_images(c, agent):
     command += f" --width {c.agent.width} --height {c.agent.height}"
   if agent.name == "think3d" and not (c.get("reconstruction") or {}).get("backend", ""):
     from data_pipelines import scene_caches  # pylint: disable=import-outside-toplevel
-    cached = {"mindcube_tiny": "mindcube", "blink_mv": "blink"}.get(d.config, d.config)
     command += (" --caches CACHES (Think3D's point clouds of every image set, with "
                 "manifest.json" + (
-                    f": python -m launch.reconstruct_scenes --benchmark {cached} --questions "
+                    f": python -m launch.reconstruct_scenes --benchmark {d.config} --questions "
                     "QUESTIONS --root DIR --out CACHES --backend pi3 --checkpoint PI3)"
-                    if cached in scene_caches.BENCHMARKS else ")"))
+                    if d.config in scene_caches.BENCHMARKS else ")"))
   wanted = [f for split in dict.fromkeys((d.train_split, d.eval_split))
             for f in SPLITS.get(d.config, {}).get(split, ())]
   wanted += [_SOURCE_FILES[d.config]] if d.config in _SOURCE_FILES else []
@@ -261,7 +260,7 @@ def data_source(c, split: str):
       if not d.build:
         raise FileNotFoundError(f"synthetic_spatial/{d.config} is not prepared under "
                                 f"{d.data_dir}: run python -m launch.build_data --config "
-                                f"{d.config} --data-dir {d.data_dir}")
+                                f"{d.config} --data_dir {d.data_dir}")
       if jax.process_index() == 0:
         builder.download_and_prepare()
       from jax.experimental import multihost_utils  # pylint: disable=import-outside-toplevel

@@ -5,7 +5,7 @@ synthetic set's fields plus `benchmark`, `scene_id` and `geometry`
 task_limits(name))` turns them into `Task`s.
 
     python -m launch.build_benchmark --benchmark mindcube_tiny --source ~/data/MindCube/data \\
-        --data-dir ~/jaxspatial_data [--caches DIR]
+        --data_dir ~/jaxspatial_data [--caches DIR]
 
 Configs (the names `launch.build_benchmark --benchmark` takes) and what `source` holds:
 
@@ -285,7 +285,7 @@ def load_benchmark(name: str, data_dir, split: str = "test", images: bool = True
   if not builder.is_prepared():
     raise FileNotFoundError(f"benchmark {name} is not prepared under {data_dir}: run python "
                             f"-m launch.build_benchmark --benchmark {name} --source DIR "
-                            f"--data-dir {data_dir}")
+                            f"--data_dir {data_dir}")
   decoders = None if images else {"images": _Encoded()}
   sources = builder.as_data_source(decoders=decoders)
   if split not in sources:

@@ -70,7 +70,7 @@ def _run(module: str, *args) -> subprocess.CompletedProcess:
 
 def _build(benchmark: str, source, data, *extra) -> None:
   done = _run("launch.build_benchmark", "--benchmark", benchmark, "--source", source,
-              "--data-dir", data, "--width", SIZE, "--height", SIZE, *extra)
+              "--data_dir", data, "--width", SIZE, "--height", SIZE, *extra)
   assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
 
 
@@ -360,7 +360,7 @@ def test_missing_checkpoint_data_or_trajectories_are_named_with_their_commands(t
   for part in ("think3d_rl (variant 'reference')", "--config.model.checkpoint=",
                f"benchmark mindcube is not prepared under {nowhere}",
                f"python -m launch.build_benchmark --benchmark mindcube --source DIR "
-               f"--data-dir {nowhere} --width 640 --height 480 --caches CACHES",
+               f"--data_dir {nowhere} --width 640 --height 480 --caches CACHES",
                "python -m launch.reconstruct_scenes", "raw/MindCube_train.jsonl",
                "raw/MindCube.jsonl", "':cpu' variant"):
     assert part in message, (part, message)
@@ -386,7 +386,7 @@ def test_missing_checkpoint_data_or_trajectories_are_named_with_their_commands(t
       f"peria_or_gigpo (variant 'reference'): model.checkpoint {tmp_path / 'no_policy'}: no "
       f"such folder; sft.trajectories {tmp_path / 'peria_sft.jsonl'}: no such file; data: "
       f"benchmark chartqa is not prepared under {nowhere}: run python -m "
-      f"launch.build_benchmark --benchmark chartqa --source DIR --data-dir {nowhere} "
+      f"launch.build_benchmark --benchmark chartqa --source DIR --data_dir {nowhere} "
       f"--width 800 --height 600; DIR holds train/train_human.json, test/test_human.json, "
       f"the charts under <split>/png/")
 

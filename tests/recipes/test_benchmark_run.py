@@ -95,7 +95,7 @@ def built(tmp_path_factory):
   rows = _rows()
   _write_images(root / "source", rows)
   done = _run("launch.build_benchmark", "--benchmark", "mindcube_tiny", "--source",
-              str(root / "source"), "--questions", str(QUESTIONS), "--data-dir",
+              str(root / "source"), "--questions", str(QUESTIONS), "--data_dir",
               str(root / "data"), "--width", "32", "--height", "24")
   assert done.returncode == 0, done.stderr[-3000:]
   # The builder's counts, printed per category, are the file's.
@@ -197,7 +197,7 @@ def build_small(tmp_path: pathlib.Path, rows, width: int, height: int) -> pathli
   (tmp_path / "caches").mkdir()
   _caches(rows, tmp_path / "caches")
   done = _run("launch.build_benchmark", "--benchmark", "mindcube_tiny", "--source",
-              str(tmp_path / "source"), "--questions", str(questions), "--data-dir",
+              str(tmp_path / "source"), "--questions", str(questions), "--data_dir",
               str(tmp_path / "data"), "--width", str(width), "--height", str(height),
               "--caches", str(tmp_path / "caches"))
   assert done.returncode == 0, done.stderr[-3000:]
@@ -348,7 +348,7 @@ def test_scanqa_act3d_episodes_judged(tmp_path):
     ids = sorted({i for r in rows if r["scene_id"] == scene for i in r["object_ids"]})
     tiny_scan(source / "scans", scene, [(i, f"object{i}") for i in ids], rng)
   done = _run("launch.build_benchmark", "--benchmark", "scanqa", "--source", str(source),
-              "--data-dir", str(tmp_path / "data"), "--width", "64", "--height", "48")
+              "--data_dir", str(tmp_path / "data"), "--width", "64", "--height", "48")
   assert done.returncode == 0, done.stderr[-3000:]
   assert f"{len(rows)} questions" in done.stdout
   writer = Act3DAgent()
