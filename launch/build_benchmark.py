@@ -17,8 +17,9 @@ import collections
 import json
 import time
 
-from absl import app, flags
+from absl import flags
 
+from recipes import cli
 from data_pipelines.builders import BENCHMARKS, build_benchmark
 
 _BENCHMARK = flags.DEFINE_enum("benchmark", None, sorted(BENCHMARKS), "the benchmark to build")
@@ -52,4 +53,4 @@ def main(argv) -> None:
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 import time
 
-from absl import app, flags
+from absl import flags
 
+from recipes import cli
 from data_pipelines.builders import SyntheticSpatial
 
 _CONFIG = flags.DEFINE_enum("config", "tiny", ["tiny", "small", "base"], "the dataset size")
@@ -32,4 +33,4 @@ def main(argv) -> None:
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

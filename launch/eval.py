@@ -52,8 +52,8 @@ import signal
 import sys
 
 from absl import app, flags, logging
-from ml_collections import config_flags
 
+from recipes import cli
 import recipes
 from jaxspatial.eval.report import failures_line
 
@@ -197,5 +197,5 @@ def main(argv) -> None:
 
 
 if __name__ == "__main__":
-  _CONFIG = config_flags.DEFINE_config_file("config", "configs/demo.py", "the training config")
-  app.run(main)
+  _CONFIG = cli.config_flag("config", "configs/demo.py", "the training config")
+  cli.run(main)

@@ -28,8 +28,8 @@ xla_workarounds.apply()
 import sys
 
 from absl import app, flags, logging
-from ml_collections import config_flags
 
+from recipes import cli
 from recipes.export import export_checkpoint
 
 _CHECKPOINT = flags.DEFINE_string("checkpoint", None, "the run's work directory (default: "
@@ -55,5 +55,5 @@ def main(argv) -> None:
 
 
 if __name__ == "__main__":
-  _CONFIG = config_flags.DEFINE_config_file("config", "configs/demo.py", "the training config")
-  app.run(main)
+  _CONFIG = cli.config_flag("config", "configs/demo.py", "the training config")
+  cli.run(main)

@@ -29,6 +29,7 @@ import threading
 from absl import app, flags
 
 from jaxspatial.perception import service
+from recipes import cli
 
 _HOST = flags.DEFINE_string("host", "127.0.0.1", "the address to listen on")
 _PORT = flags.DEFINE_integer("port", 30888, "the port (0: a free one)")
@@ -78,4 +79,4 @@ def main(argv) -> None:
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

@@ -9,12 +9,11 @@ Cost analysis counts each loop body once (XLA does not know trip counts), so FLO
 per decode step and per turn body, not per episode.
 """
 
-from absl import app
-from ml_collections import config_flags
 
+from recipes import cli
 from recipes import rollout_demo
 
-_CONFIG = config_flags.DEFINE_config_file("config", "configs/rollout_demo.py",
+_CONFIG = cli.config_flag("config", "configs/rollout_demo.py",
                                           "the rollout config file")
 
 
@@ -24,4 +23,4 @@ def main(argv) -> None:
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

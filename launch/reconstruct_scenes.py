@@ -15,8 +15,9 @@ from __future__ import annotations
 import json
 import sys
 
-from absl import app, flags
+from absl import flags
 
+from recipes import cli
 from data_pipelines import scene_caches
 
 _BENCHMARK = flags.DEFINE_enum("benchmark", None, sorted(scene_caches.BENCHMARKS),
@@ -45,4 +46,4 @@ def main(argv) -> None:
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

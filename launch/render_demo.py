@@ -6,12 +6,12 @@ Rows: colour views, depth maps, instance maps, and the same views with depth-dep
 disc splats. The config file's header gives the cost.
 """
 
-from absl import app, logging
-from ml_collections import config_flags
+from absl import logging
 
+from recipes import cli
 from recipes import render_demo
 
-_CONFIG = config_flags.DEFINE_config_file("config", "configs/render_demo.py",
+_CONFIG = cli.config_flag("config", "configs/render_demo.py",
                                           "the demo's config file")
 
 
@@ -22,4 +22,4 @@ def main(argv) -> None:
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

@@ -30,6 +30,7 @@ import threading
 
 from absl import app, flags
 
+from recipes import cli
 from jaxspatial.serving import load_server
 
 _CHECKPOINT = flags.DEFINE_string("checkpoint", None, "the policy's Hugging Face folder",
@@ -96,4 +97,4 @@ def main(argv) -> None:
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

@@ -4,12 +4,11 @@ view the agent saw, the parsed actions, the rewards.
     python -m launch.show_rollouts --config configs/rollout_demo.py [--config.key=value ...]
 """
 
-from absl import app
-from ml_collections import config_flags
 
+from recipes import cli
 from recipes import rollout_demo
 
-_CONFIG = config_flags.DEFINE_config_file("config", "configs/rollout_demo.py",
+_CONFIG = cli.config_flag("config", "configs/rollout_demo.py",
                                           "the rollout config file")
 
 
@@ -19,4 +18,4 @@ def main(argv) -> None:
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

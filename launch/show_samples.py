@@ -11,9 +11,10 @@ from __future__ import annotations
 import pathlib
 import textwrap
 
-from absl import app, flags
+from absl import flags
 from PIL import Image, ImageDraw
 
+from recipes import cli
 from data_pipelines.synthetic import RIGS, SampleConfig, make_sample
 
 LINE = 13
@@ -60,4 +61,4 @@ def main(argv) -> pathlib.Path:
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

@@ -15,9 +15,9 @@ from jaxspatial import xla_workarounds
 xla_workarounds.apply()
 # pylint: disable=wrong-import-position
 
-from absl import app, logging
-from ml_collections import config_flags
+from absl import logging
 
+from recipes import cli
 import recipes
 
 
@@ -28,5 +28,5 @@ def main(argv) -> None:
 
 
 if __name__ == "__main__":
-  _CONFIG = config_flags.DEFINE_config_file("config", "configs/demo.py", "the training config")
-  app.run(main)
+  _CONFIG = cli.config_flag("config", "configs/demo.py", "the training config")
+  cli.run(main)
