@@ -848,7 +848,7 @@ class RolloutBench:
   def _setup(self) -> dict:
     from data_pipelines.synthetic import episodes  # pylint: disable=import-outside-toplevel
     # pylint: disable-next=import-outside-toplevel
-    from jaxspatial.rollout import agents, automaton as am, episode, observation, tiny
+    from jaxspatial.rollout import agents, token_table as am, episode, observation, tiny
     sizes = self.sizes
     begin = time.perf_counter()
     self.tok = tiny.tokenizer()

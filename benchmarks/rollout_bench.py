@@ -28,7 +28,7 @@ from benchmarks.timing import timed
 from data_pipelines.synthetic import episodes
 from jaxspatial.envs import act3d
 from jaxspatial.models.qwen2_5_vl.model import Qwen25VL
-from jaxspatial.rollout import agents, automaton as am, episode, host_loop, observation, tiny
+from jaxspatial.rollout import agents, token_table as am, episode, host_loop, observation, tiny
 
 def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

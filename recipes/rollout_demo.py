@@ -18,7 +18,7 @@ from data_pipelines.synthetic import episodes
 from jaxspatial.envs import act3d
 from jaxspatial import models
 from jaxspatial.models import Precision, model_options
-from jaxspatial.rollout import AgentRollout, agents, automaton as am, episode, observation, tiny
+from jaxspatial.rollout import AgentRollout, agents, token_table as am, episode, observation, tiny
 from jaxspatial.rollout import viewer
 from jaxspatial.rollout.profile import profile_compiled
 

@@ -53,7 +53,7 @@ from jaxspatial.models.qwen2_5_vl.model import Qwen25VL
 from jaxspatial.models.qwen2_5_vl.tokenizer import train_tokenizer
 from jaxspatial.models.sharding import global_batch, local_rows
 from jaxspatial.rl.objectives import PolicyLossConfig
-from jaxspatial.rollout import automaton as am, episode, grammars, prompts, tiny
+from jaxspatial.rollout import token_table as am, episode, grammars, prompts, tiny
 from jaxspatial.rollout import thinker3d as rollout3d
 from jaxspatial.rollout.viewer import completions_html
 from jaxspatial.train import (AdvantageConfig, Checkpointer, Experiment, ExportedPolicy,

@@ -44,7 +44,7 @@ import numpy as np
 from jaxspatial.models import sampler
 from jaxspatial.perception.judge import NEGATION_FILLERS, NEGATORS, PROMPTS, JudgePrompt
 from jaxspatial.rl.rewards import device_text
-from jaxspatial.rollout import automaton as am
+from jaxspatial.rollout import token_table as am
 
 Array = jax.Array
 # ASCII whitespace as str.split() sees it (\x1c-\x1f included).

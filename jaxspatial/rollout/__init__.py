@@ -3,8 +3,9 @@
 from jaxspatial.rollout import grammars, host_parse
 from jaxspatial.rollout.agents import Act3DAgent, PeriaAgent, Think3DAgent
 from jaxspatial.rollout.api_agent import api_rollout
-from jaxspatial.rollout.automaton import (Grammar, TokenAutomaton, allowed_tokens,
-                                          compile_token_automaton, token_bytes)
+from jaxspatial.rollout.automaton import Grammar
+from jaxspatial.rollout.token_table import (TokenAutomaton, allowed_tokens, compile_token_automaton,
+                                            token_bytes)
 from jaxspatial.rollout.episode import (RolloutConfig, check_replay, check_turn_budget,
                                         compile_rollout, forced_tokens, image_tokens, rollout)
 from jaxspatial.rollout.host_loop import host_rollout

@@ -64,7 +64,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxspatial.rollout.automaton import START, Enum, Grammar, Text
+from jaxspatial.rollout.automaton import START, Grammar
+from jaxspatial.rollout.regex_ast import Enum, Text
 from jaxspatial.rollout.episode import ANSWER_BYTES
 from jaxspatial.rollout.observation import _FIELD, IMAGE_PLACEHOLDER, format_number_host
 from jaxspatial.rollout.parse import TEXT_BYTES, ParsedTurn

@@ -34,7 +34,8 @@ from jaxspatial.models.sampler import (DecodeState, append, filter_logits, mark_
 from jaxspatial.models.sampler import sample_token as sampler_choose
 from jaxspatial.rl.advantages import image_hash
 from jaxspatial.rl.rewards import device_text
-from jaxspatial.rollout.automaton import START, TokenAutomaton, allowed_tokens, token_bytes
+from jaxspatial.rollout.automaton import START
+from jaxspatial.rollout.token_table import TokenAutomaton, allowed_tokens, token_bytes
 from jaxspatial.rollout.observation import ObservationTemplate, observation_tokens
 from jaxspatial.rollout.parse import parse_turn
 from jaxspatial.rollout.trajectory import Trajectory

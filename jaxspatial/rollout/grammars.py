@@ -37,8 +37,9 @@ from jaxspatial.envs.act3d import PRIMITIVES
 from jaxspatial.envs.peria import ARGUMENTS as PERIA_ENV_ARGUMENTS
 from jaxspatial.envs.peria import TEXT_ARGUMENTS as PERIA_ENV_TEXT_ARGUMENTS
 from jaxspatial.envs.peria import TOOLS as PERIA_ENV_TOOLS
-from jaxspatial.rollout.automaton import (JSON_WS, Enum, Grammar, Number, Repeat, Text,
-                                          TextWithout, alt, optional, seq)
+from jaxspatial.rollout.automaton import Grammar
+from jaxspatial.rollout.regex_ast import (JSON_WS, Enum, Number, Repeat, Text, TextWithout,
+                                          alt, optional, seq)
 
 WS = JSON_WS
 TAGS = (b"<think>", b"</think>", b"<answer>", b"</answer>", b"<tool_call>", b"</tool_call>",

@@ -18,7 +18,7 @@ from jaxspatial.models.sampler import DecodeState, append, prefill
 from jaxspatial.rl.rewards.papers import act3d_reward_text, think3d_reward_text
 from jaxspatial.rollout import agents as agent_lib
 from jaxspatial.rollout import grammars, host_parse
-from jaxspatial.rollout.automaton import token_bytes
+from jaxspatial.rollout.token_table import token_bytes
 from jaxspatial.rollout.episode import (RolloutConfig, _prompt_views, _vision_inputs, capacity,
                                         check_turn_budget, force, sample_token)
 from jaxspatial.rollout.observation import ObservationTemplate, observation_tokens_host

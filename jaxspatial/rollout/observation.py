@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxspatial.rollout.automaton import single_byte_tokens, token_bytes
+from jaxspatial.rollout.token_table import single_byte_tokens, token_bytes
 
 Array = jax.Array
 INTEGER_DIGITS = 4

@@ -16,7 +16,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from jaxspatial.rollout.automaton import NO_FIELD, Enum, Text, TokenAutomaton
+from jaxspatial.rollout.nfa import NO_FIELD
+from jaxspatial.rollout.regex_ast import Enum, Text
+from jaxspatial.rollout.token_table import TokenAutomaton
 
 Array = jax.Array
 # A text field's bytes kept on device (a static shape); a longer text is cut here, its

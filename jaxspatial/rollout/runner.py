@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxspatial.models.chat import ChatFormat
-from jaxspatial.rollout import automaton as am
+from jaxspatial.rollout import token_table as am
 from jaxspatial.rollout import episode, observation
 from jaxspatial.models.sharding import global_batch
 

@@ -48,7 +48,9 @@ from flax import struct
 from jaxspatial.models.sampler import SamplingConfig, decode, prefill
 from jaxspatial.rl.rewards import device_text
 from jaxspatial.rl.rewards.papers import latent_similarity
-from jaxspatial.rollout.automaton import JSON_WS, START, TokenAutomaton
+from jaxspatial.rollout.automaton import START
+from jaxspatial.rollout.regex_ast import JSON_WS
+from jaxspatial.rollout.token_table import TokenAutomaton
 
 Array = jax.Array
 FALLBACKS = ("after_header", "generated", "none")

@@ -10,7 +10,7 @@ import io
 import numpy as np
 from PIL import Image
 
-from jaxspatial.rollout.automaton import token_bytes
+from jaxspatial.rollout.token_table import token_bytes
 
 
 def _png(image) -> str:

@@ -18,7 +18,7 @@ from jaxspatial.perception import judges
 from jaxspatial.perception.judge import PROMPTS, decode_ids, judge_verdict, one_line
 from jaxspatial.perception.policy_judge import (PolicyJudge, judge_byte_tables, render_chat,
                                                 reply_bytes, reply_reading, reply_verdict)
-from jaxspatial.rollout import agents, automaton as am, episode, observation, tiny
+from jaxspatial.rollout import agents, token_table as am, episode, observation, tiny
 from tests import chat_templates, judge_policies
 
 # Compile-heavy end to end: `make slow-tests` (not in `make test`).

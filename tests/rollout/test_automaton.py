@@ -16,7 +16,7 @@ from flax import nnx
 
 from jaxspatial.models.qwen2_5_vl.model import Qwen25VL
 from jaxspatial.models.sampler import prefill
-from jaxspatial.rollout import automaton as am
+from jaxspatial.rollout import automaton as am, regex_ast as ra, token_table as tt
 from jaxspatial.rollout import episode, grammars, host_parse, parse, tiny
 from tests.rollout import turn_strings
 
@@ -25,7 +25,7 @@ COUNT = 1500  # turns per grammar
 
 @pytest.fixture(scope="module")
 def automata(tokenizer):
-  return {name: am.compile_token_automaton(make(), tokenizer)
+  return {name: tt.compile_token_automaton(make(), tokenizer)
           for name, make in grammars.GRAMMARS.items()}
 
 
@@ -89,7 +89,7 @@ def test_a_grammar_after_a_prefill_parses_what_follows_it_as_the_whole_turn(name
   `grammar.after(prefill)` over the model's tokens accepts, and parses, exactly what the
   host regex accepts of the prefill followed by those tokens' text."""
   prefill = "<think>\n"
-  automaton = am.compile_token_automaton(grammars.GRAMMARS[name]().after(prefill), tokenizer)
+  automaton = tt.compile_token_automaton(grammars.GRAMMARS[name]().after(prefill), tokenizer)
   texts = [t.split("<think>", 1)[-1] for t in turn_strings.turns(name, 600, seed=11)]
   texts = [t for t in texts if t]
   ids_list = [tokenizer.encode(t, add_special_tokens=False) for t in texts]
@@ -121,7 +121,7 @@ def test_peria_text_arguments_parse_as_the_host_regex_reads_them(tokenizer):
   turns; the fields agree, and the text field's bytes are the regex's capture (its first
   TEXT_BYTES; the value is the whole length)."""
   grammar = grammars.peria(max_points=2, text_tools=PERIA_TEXT_TOOLS)
-  automaton = am.compile_token_automaton(grammar, tokenizer)
+  automaton = tt.compile_token_automaton(grammar, tokenizer)
   rng = random.Random(4)
   texts = []
   for _ in range(500):
@@ -156,7 +156,7 @@ def test_peria_text_arguments_parse_as_the_host_regex_reads_them(tokenizer):
 
 
 def test_token_bytes_concatenate_to_the_text(tokenizer):
-  pieces, special = am.token_bytes(tokenizer)
+  pieces, special = tt.token_bytes(tokenizer)
   for text in turn_strings.turns("think3d", 200, seed=5) + turn_strings.turns("thinker3d", 50):
     ids = tokenizer.encode(text, add_special_tokens=False)
     assert b"".join(pieces[i] for i in ids) == text.encode()
@@ -190,7 +190,7 @@ def test_constrained_decoding_with_random_logits_always_closes_a_valid_turn(
       state, t, key = carry
       key, sub = jax.random.split(key)
       logits = jax.random.normal(sub, (batch, automaton.vocab_size)) * 3.0
-      ok = am.allowed_tokens(automaton, state, jnp.full((batch,), budget - k))
+      ok = tt.allowed_tokens(automaton, state, jnp.full((batch,), budget - k))
       done = automaton.accepting[state]
       token = jnp.argmax(jnp.where(ok, logits, -jnp.inf), -1)
       token = jnp.where(done, 0, token)
@@ -202,7 +202,7 @@ def test_constrained_decoding_with_random_logits_always_closes_a_valid_turn(
   state, count, tokens = jax.device_get(sample(key))
   assert automaton.accepting[state].all()
   chex.assert_trees_all_equal(count <= budget, np.ones(batch, bool))
-  pieces, _ = am.token_bytes(tokenizer)
+  pieces, _ = tt.token_bytes(tokenizer)
   for row in range(batch):
     text = b"".join(pieces[t] for t in tokens[row] if t >= 0)
     assert host_parse.PARSERS[name](text) is not None, text
@@ -212,33 +212,33 @@ def test_constrained_decoding_with_random_logits_always_closes_a_valid_turn(
 
 def test_grammar_errors_name_the_problem():
   with pytest.raises(ValueError, match="prefixes of one another"):
-    am.Grammar("bad", am.Enum("x", (b"up", b"upward")), (b"!",)).dfa
+    am.Grammar("bad", ra.Enum("x", (b"up", b"upward")), (b"!",)).dfa
   with pytest.raises(ValueError, match="appears twice"):
-    am.Grammar("bad", am.seq(am.Number("n", 0, 3), am.Number("n", 0, 3)), (b"!",)).fields
+    am.Grammar("bad", ra.seq(ra.Number("n", 0, 3), ra.Number("n", 0, 3)), (b"!",)).fields
   with pytest.raises(ValueError, match="ambiguous"):
-    am.Grammar("bad", am.alt(am.Number("a", 0, 9), am.Number("b", 0, 9)), (b"!",)).dfa
+    am.Grammar("bad", ra.alt(ra.Number("a", 0, 9), ra.Number("b", 0, 9)), (b"!",)).dfa
 
   with pytest.raises(ValueError, match=r"TextWithout.patterns: expected non-empty bytes"):
-    am.TextWithout((b"</think>", b""))
+    ra.TextWithout((b"</think>", b""))
   with pytest.raises(ValueError, match=r"TextWithout.patterns: expected non-empty bytes"):
-    am.TextWithout(("</think>",))
+    ra.TextWithout(("</think>",))
   with pytest.raises(ValueError, match=r"TextWithout.min_nonspace: expected >= 0, got -1"):
-    am.TextWithout(b"x", min_nonspace=-1)
+    ra.TextWithout(b"x", min_nonspace=-1)
   with pytest.raises(ValueError, match=r"TextWithout.space: expected byte values"):
-    am.TextWithout(b"x", space=" ")
+    ra.TextWithout(b"x", space=" ")
   with pytest.raises(ValueError, match=r"Text 't'.min_nonspace: expected >= 1"):
-    am.Text("t", min_nonspace=0)
+    ra.Text("t", min_nonspace=0)
   with pytest.raises(ValueError, match=r"TextWithout.patterns: expected non-empty bytes"):
-    am.Text("t", patterns=(b"",))
+    ra.Text("t", patterns=(b"",))
   # Options share a continuation, or end in another option's: its field is one field.
-  value = am.seq(":", am.Number("n", 0, 9))
-  shared = am.Grammar("shared", am.seq(am.Enum("k", (b"a", b"b", b"c"), (
-      value, value, am.seq("!", value))), ";"), (b";",))
+  value = ra.seq(":", ra.Number("n", 0, 9))
+  shared = am.Grammar("shared", ra.seq(ra.Enum("k", (b"a", b"b", b"c"), (
+      value, value, ra.seq("!", value))), ";"), (b";",))
   assert [f.name for f in shared.fields] == ["k", "n"]
   for text, accepted in ((b"a:5;", True), (b"c!:7;", True), (b"c:7;", False), (b"b!:1;", False)):
     assert bool(shared.dfa.accepting[shared.dfa.walk(text)]) == accepted, text
   with pytest.raises(ValueError, match="appears twice"):
-    am.Grammar("bad", am.Enum("k", (b"a", b"b"), (am.Number("n", 0, 9), am.Number("n", 0, 5))),
+    am.Grammar("bad", ra.Enum("k", (b"a", b"b"), (ra.Number("n", 0, 9), ra.Number("n", 0, 5))),
                (b"!",)).fields
 
 
@@ -251,7 +251,7 @@ def test_text_without_is_the_text_free_of_its_patterns_with_enough_non_space():
   for _ in range(7):
     texts += [t + bytes([c]) for t in texts if len(t) == len(texts[-1]) for c in alphabet]
   for need in (0, 1, 2):
-    dfa = am.Grammar("text", am.seq(am.TextWithout(patterns, min_nonspace=need), "!"),
+    dfa = am.Grammar("text", ra.seq(ra.TextWithout(patterns, min_nonspace=need), "!"),
                      (b"!",)).dfa
     for text in texts:
       expected = (not any(p in text for p in patterns)
@@ -262,7 +262,7 @@ def test_text_without_is_the_text_free_of_its_patterns_with_enough_non_space():
 def test_token_tables_walk_each_token_from_each_state(tokenizer, automata):
   """token_next and distance against a plain walk of every token's bytes from the states
   that valid turns pass through, and Bellman-Ford relaxation over all allowed tokens."""
-  pieces, _ = am.token_bytes(tokenizer)
+  pieces, _ = tt.token_bytes(tokenizer)
   for name in ("act3d", "thinker3d"):
     automaton = automata[name]
     dfa = automaton.grammar.dfa
@@ -348,7 +348,7 @@ def test_constrained_tiny_policy_never_answers_blank_or_with_tags(tokenizer):
   the rollout's decode loop. Three quarters are forced up to `<answer>` so that the policy
   writes many answer bodies (a random policy rarely closes its thinking by itself)."""
   model = Qwen25VL(tiny.model_config(tokenizer), rngs=nnx.Rngs(0))
-  automaton = am.compile_token_automaton(grammars.act3d(), tokenizer,
+  automaton = tt.compile_token_automaton(grammars.act3d(), tokenizer,
                                          model.config.text.vocab_size)
   batch, limit = 64, 40
   config = episode.RolloutConfig(
@@ -373,7 +373,7 @@ def test_constrained_tiny_policy_never_answers_blank_or_with_tags(tokenizer):
   tokens, count, final = jax.device_get(
       sample(model, automaton, jnp.asarray(forced), jax.random.PRNGKey(0)))
   assert automaton.accepting[final].all()
-  pieces, _ = am.token_bytes(tokenizer)
+  pieces, _ = tt.token_bytes(tokenizer)
   answers = 0
   for row in range(batch):
     text = b"".join(pieces[t] for t in tokens[row, :count[row]])

@@ -14,7 +14,7 @@ from data_pipelines.synthetic import episodes
 from jaxspatial.envs import act3d
 from jaxspatial.models.qwen2_5_vl.model import Qwen25VL
 from jaxspatial.models.qwen2_5_vl.preprocess import batch_vision_inputs
-from jaxspatial.rollout import agents, automaton as am, episode, host_loop, observation, tiny
+from jaxspatial.rollout import agents, token_table as am, episode, host_loop, observation, tiny
 from jaxspatial.train import TrainBatch
 
 BATCH = 4

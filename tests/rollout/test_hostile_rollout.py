@@ -19,7 +19,7 @@ from jaxspatial.envs import act3d
 from jaxspatial.models.qwen2_5_vl.model import Qwen25VL
 from jaxspatial.rl.rewards import text as text_rules
 from jaxspatial.rollout import agents, episode, grammars, host_parse
-from jaxspatial.rollout import automaton as am
+from jaxspatial.rollout import automaton as am, token_table as tt
 from jaxspatial.rollout import thinker3d as rollout3d
 from jaxspatial.rollout import tiny
 from jaxspatial.rollout.runner import AgentRollout
@@ -30,12 +30,12 @@ AGENT = agents.Act3DAgent(act3d.Act3DParams(width=32, height=24, max_interaction
 
 @pytest.fixture(scope="module")
 def act3d_automaton(tokenizer):
-  return am.compile_token_automaton(AGENT.grammar, tokenizer)
+  return tt.compile_token_automaton(AGENT.grammar, tokenizer)
 
 
 @pytest.fixture(scope="module")
 def thinker_automaton(tokenizer):
-  return am.compile_token_automaton(grammars.thinker3d(12), tokenizer)
+  return tt.compile_token_automaton(grammars.thinker3d(12), tokenizer)
 
 
 _PROGRAMS = {}
@@ -67,7 +67,7 @@ def _shortest_by_walking(automaton, limit: int, tokenizer) -> bytes:
   """A valid turn of exactly `limit` tokens, built on the host by following the
   constrained mask's rule (a live, allowed token that can still close with `limit - k`
   left): the host parser must accept it."""
-  pieces, _ = am.token_bytes(tokenizer)
+  pieces, _ = tt.token_bytes(tokenizer)
   token_next = np.asarray(automaton.token_next).astype(np.int64)
   distance, banned = np.asarray(automaton.distance), np.asarray(automaton.banned)
   state, out = am.START, b""
@@ -84,25 +84,25 @@ def _shortest_by_walking(automaton, limit: int, tokenizer) -> bytes:
 def test_the_shortest_turn_is_the_boundary_where_the_constrained_mask_empties(
     act3d_automaton, thinker_automaton, tokenizer):
   for automaton in (act3d_automaton, thinker_automaton):
-    shortest = am.min_turn_tokens(automaton)
+    shortest = tt.min_turn_tokens(automaton)
     # Forward breadth first on the host == the device tables' backward distances.
     assert shortest == int(automaton.distance[am.START]) > 1
-    assert shortest == am.shortest_turn(automaton.token_next, automaton.accepting,
+    assert shortest == tt.shortest_turn(automaton.token_next, automaton.accepting,
                                         ~np.asarray(automaton.banned))
     run = _first_step(automaton, 1.0)
     ok, _, logp = jax.device_get(run(shortest - 1, jax.random.PRNGKey(0)))
     assert not ok.any() and np.isnan(logp).all()  # the hazard: every token masked
     ok, _, logp = jax.device_get(run(shortest, jax.random.PRNGKey(0)))
     assert ok.all() and np.isfinite(logp).all()
-  turn = _shortest_by_walking(act3d_automaton, am.min_turn_tokens(act3d_automaton), tokenizer)
+  turn = _shortest_by_walking(act3d_automaton, tt.min_turn_tokens(act3d_automaton), tokenizer)
   assert host_parse.parse_act3d(turn) is not None, turn
   # A grammar the vocabulary can never close has no shortest turn.
   dead = np.zeros((3, 5), np.int32)
-  assert am.shortest_turn(dead, np.asarray([False, False, True]), np.ones(5, bool)) == -1
+  assert tt.shortest_turn(dead, np.asarray([False, False, True]), np.ones(5, bool)) == -1
 
 
 def test_a_constrained_budget_below_the_shortest_turn_is_refused(act3d_automaton):
-  shortest = am.min_turn_tokens(act3d_automaton)
+  shortest = tt.min_turn_tokens(act3d_automaton)
   config = episode.RolloutConfig(max_turns=3, max_turn_tokens=shortest - 1, constrained=True)
   message = (rf"RolloutConfig.max_turn_tokens is {shortest - 1}, but the shortest valid turn of "
              rf"Act3DAgent's grammar 'act3d' is {shortest} tokens: .* max_turn_tokens must be "
@@ -124,7 +124,7 @@ def test_agent_rollout_refuses_a_short_budget_at_setup(tokenizer, act3d_automato
   # The trainer builds its AgentRollout before compiling anything: the refusal must come
   # there, not at the first rollout after minutes of compilation.
   model = Qwen25VL(tiny.model_config(tokenizer), rngs=nnx.Rngs(0))
-  shortest = am.min_turn_tokens(act3d_automaton)
+  shortest = tt.min_turn_tokens(act3d_automaton)
   with pytest.raises(ValueError, match=rf"max_turn_tokens must be at least {shortest}"):
     AgentRollout.create(AGENT, tokenizer, model, max_turns=3, max_turn_tokens=shortest - 1,
                         constrained=True)
@@ -162,7 +162,7 @@ def _config_mutations(rng, shortest, vocab):
 
 def test_fuzz_rollout_configs_work_or_are_refused_naming_the_field(act3d_automaton):
   rng = np.random.default_rng(0)
-  shortest, vocab = am.min_turn_tokens(act3d_automaton), act3d_automaton.vocab_size
+  shortest, vocab = tt.min_turn_tokens(act3d_automaton), act3d_automaton.vocab_size
   worked = refused = 0
   for case in range(300):
     fields, mutated = _config_mutations(rng, shortest, vocab)
@@ -241,7 +241,7 @@ def test_thinker3d_format_reward_counts_only_a_block_of_latent_token_ids(
     tokenizer, thinker_automaton):
   latent_ids = tuple(tokenizer.convert_tokens_to_ids(t) for t in LATENT_TOKENS)
   config = rollout3d.Thinker3DRolloutConfig(latent_ids, (0,), num_latents=12)
-  pieces, _ = am.token_bytes(tokenizer)
+  pieces, _ = tt.token_bytes(tokenizer)
   cases = _completions(tokenizer)
   rng = np.random.default_rng(0)
   # Random mixtures of the pieces, so the device and host rules meet odd sequences too.

@@ -17,7 +17,7 @@ from jaxspatial.models.qwen2_5_vl.model import Qwen25VL
 from jaxspatial.rl.rewards import peria_reward_text
 from jaxspatial.rollout import (agents, api_agent, episode, host_parse, observation, peria_agent,
                                 prompts, tiny)
-from jaxspatial.rollout import automaton as am
+from jaxspatial.rollout import token_table as am
 from tests.rollout import turn_strings
 
 PARAMS = peria.PeriaParams(width=56, height=56, max_images=4, max_turns=4, max_path_points=4)

@@ -10,7 +10,7 @@ from flax import nnx
 from data_pipelines.synthetic import episodes
 from jaxspatial.envs import think3d
 from jaxspatial.models.qwen2_5_vl.model import Qwen25VL
-from jaxspatial.rollout import agents, automaton as am, episode, observation, prompts, tiny
+from jaxspatial.rollout import agents, token_table as am, episode, observation, prompts, tiny
 from jaxspatial.train import TrainBatch, token_logprobs
 
 VIEWS = 4  # input views in the first prompt

@@ -15,7 +15,7 @@ from flax import nnx
 
 from configs import thinker3d_stage1, thinker3d_stage2
 from jaxspatial.rl.rewards.papers import thinker3d_format_text, thinker3d_letter_text
-from jaxspatial.rollout import automaton as am
+from jaxspatial.rollout import token_table as am
 from jaxspatial.rollout import thinker3d as rollout3d
 import recipes
 from jaxspatial.train import Trainer, read_jsonl
