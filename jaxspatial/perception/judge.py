@@ -96,6 +96,7 @@ import numpy as np
 
 from jaxspatial.errors import ServiceError
 from jaxspatial.perception.service import (CallStats, TransportError, excerpt, http_request)
+from jaxspatial.rollout.contract import Judge
 
 RETRYABLE_STATUS = (408, 429)  # and every 5xx
 MAX_RETRY_AFTER_S = 60.0
@@ -578,7 +579,7 @@ def _clip(text: str | None) -> str | None:
   return text if text is None or len(text) <= RECORD_CHARS else text[:RECORD_CHARS] + "..."
 
 
-class LLMJudge:
+class LLMJudge(Judge):
   """Semantic equivalence by an LLM: `read_verdicts` / `judge_texts` on strings,
   `__call__` on the rollout's byte ids (the host judge hook). `prompt`: a `PROMPTS` name
   or a JudgePrompt. `keep_records`: how many of the latest requests `records()` keeps."""

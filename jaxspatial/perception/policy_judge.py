@@ -45,6 +45,7 @@ from jaxspatial.models import sampler
 from jaxspatial.perception.judge import NEGATION_FILLERS, NEGATORS, PROMPTS, JudgePrompt
 from jaxspatial.rl.rewards import device_text
 from jaxspatial.rollout import token_table as am
+from jaxspatial.rollout.contract import DeviceJudge
 
 Array = jax.Array
 # ASCII whitespace as str.split() sees it (\x1c-\x1f included).
@@ -246,7 +247,7 @@ def judge_byte_tables(tokenizer, vocab_size: int) -> tuple[tuple[int, ...], np.n
 
 
 @dataclasses.dataclass(eq=False)  # hashed by identity: a static argument of the rollout's jit
-class PolicyJudge:
+class PolicyJudge(DeviceJudge):
   """A jaxspatial policy as the rollout's judge, on device. `state()` is what the compiled
   rollout takes as an argument (the model and the token table); the rest is static."""
 

@@ -1,25 +1,10 @@
 """What the episode loop needs to know about one paper's agent: its grammar, its observation
-message, how a parsed turn becomes an environment action, and its reward.
+message, how a parsed turn becomes an environment action, and its reward. Every agent
+subclasses `contract.Agent`, which declares the members the loops read (and the optional
+ones' defaults).
 
 An agent is a frozen dataclass (static under jit). Its functions act on one episode; the
 loop vmaps them.
-
-  reset(key, task)                    -> (images [N, H, W, 3] or image, numbers, env_state)
-  step(key, env_state, parsed, answered) -> (image, numbers, env_state, invalid, done)
-  reward(env_state, task, answer, answered, malformed, judge) -> (reward, components)
-  max_calls                           the environment's tool-call budget: the loop's
-                                      max_turns must be max_calls + 1 (the last turn answers)
-  observation                         the message template after a call (a string, or a
-                                      tuple of variants with `observation_variant`)
-  observation_variant(invalid, format_error, next_is_final, env_state) -> int
-                                      (optional) the message variant an episode shows
-                                      after this turn
-  continue_on_format_error            (optional, False) a malformed turn gets a
-                                      format-error message and the episode goes on
-  text_tokens, observation_text(env_state) -> (ids [text_tokens], mask)
-                                      (optional) the width of the observation's `{text}`
-                                      slot and its content after a step (a host tool's
-                                      tokenised result: PERIA's perception tools)
 
 `answer` is the content of the final turn's first <answer>...</answer> as bytes (-1
 padded); `answered` says the episode ended with a well-formed answer turn, `malformed`
@@ -42,20 +27,37 @@ import numpy as np
 
 from jaxspatial.envs import act3d, think3d
 from jaxspatial.rl.rewards import device_text
-from jaxspatial.rl.rewards.papers import Act3DRewardConfig, Think3DRewardConfig, act3d_reward
+from jaxspatial.rl.rewards.papers import (Act3DRewardConfig, Think3DRewardConfig, act3d_reward,
+                                          act3d_reward_text, think3d_reward_text)
 from jaxspatial.envs.task import decode_text
-from jaxspatial.rollout import grammars, prompts, turns
+from jaxspatial.rollout import grammars, host_parse, prompts, turns
+from jaxspatial.rollout.contract import Agent
 from jaxspatial.rollout.automaton import Grammar
 from jaxspatial.rollout.peria_agent import PERIA_OBSERVATION, PeriaAgent  # noqa: F401 (re-exported)
 
 Array = jax.Array
+
+def _host_values(grammar, fields: dict[str, float] | None, answered: bool):
+  """(values, present, answered) in the grammar's field order from a host parse's fields by
+  name ("kind" set from `answered`), or None for a malformed turn."""
+  if fields is None:
+    return None
+  names = [f.name for f in grammar.fields]
+  values, present = np.zeros(len(names), np.float32), np.zeros(len(names), bool)
+  answer_option = grammar.option("kind", b"<answer>")
+  for name, value in [("kind", answer_option if answered else 1 - answer_option),
+                      *fields.items()]:
+    values[names.index(name)] = value
+    present[names.index(name)] = True
+  return values, present, answered
+
 
 TOOL_RESPONSE = ("<|im_end|>\n<|im_start|>user\n<tool_response>\n<|vision_start|><|image_pad|>"
                  "<|vision_end|>\n{body}\n</tool_response><|im_end|>\n<|im_start|>assistant\n")
 
 
 @dataclasses.dataclass(frozen=True)
-class Act3DAgent(turns.AnswerTurns):
+class Act3DAgent(Agent, turns.AnswerTurns):
   """Act3D: relative camera moves, then a short-phrase answer judged against the reference."""
   params: act3d.Act3DParams = act3d.Act3DParams()
   reward_config: Act3DRewardConfig = Act3DRewardConfig()
@@ -81,11 +83,26 @@ class Act3DAgent(turns.AnswerTurns):
         image_tokens, prefill=self.prefill) for row in range(len(tasks.question_ids))]
     return prompts.left_padded(tokenizer, texts, length)
 
-  def host_rewards(self, rows, tokenizer, tasks=None):
-    """Rewards that need the model's text ([B] numpy), or None: the device's reward.
-    `tasks`: the rows' tasks (numpy), for rewards that read the references."""
-    del rows, tokenizer, tasks
-    return None
+  def host_fields(self, turn: bytes):
+    parsed = host_parse.parse_act3d(self.prefill.encode() + turn, self.max_distance)
+    if parsed is None or "answer" in parsed:
+      return _host_values(self.grammar, None if parsed is None else {}, parsed is not None)
+    fields = {"action": parsed["action"]}
+    if parsed["distance"] is not None:
+      fields["distance"] = parsed["distance"]
+    return _host_values(self.grammar, fields, False)
+
+  def host_text_reward(self, final_turn: str, answered: bool, task, env_state) -> float:
+    """Eqs. 8-9 from the text (`papers.act3d_reward_text`): the rule judge over every
+    reference."""
+    references = [bytes(r[r >= 0].astype(np.uint8)).decode() for r in task.answer_ids
+                  if r[0] >= 0]
+    objects, seen = task.answer_objects >= 0, np.asarray(env_state.objects_seen)
+    grounded = bool(objects.any() and (np.all(seen | ~objects)
+                                       if self.reward_config.grounding == "all"
+                                       else np.any(seen & objects)))
+    return act3d_reward_text(final_turn, references, int(env_state.num_interactions),
+                             grounded, self.reward_config, well_formed=answered)
 
   def call_turn(self, thought: str, action: str, distance=None) -> str:
     """A camera move in this agent's syntax: `action` one of `act3d.PRIMITIVES`, `distance`
@@ -193,7 +210,7 @@ THINK3D_INTERMEDIATE, THINK3D_FINAL, THINK3D_REJECTED = range(3)
 
 
 @dataclasses.dataclass(frozen=True)
-class Think3DAgent(turns.AnswerTurns):
+class Think3DAgent(Agent, turns.AnswerTurns):
   """Think3D: the task's input views in the first prompt, then views of the reconstruction
   (anchor camera, azimuth, elevation, ego or global), then a multiple-choice answer.
   `views`: "free" angles, or the paper-era RL prompt's three "preset" views.
@@ -233,9 +250,26 @@ class Think3DAgent(turns.AnswerTurns):
                                      views, np.minimum(tasks.num_input_cameras, views),
                                      length, prefill=self.prefill)
 
-  def host_rewards(self, rows, tokenizer, tasks=None):
-    del rows, tokenizer, tasks
-    return None
+  def host_fields(self, turn: bytes):
+    parsed = host_parse.parse_think3d(self.prefill.encode() + turn, self.max_cameras,
+                                      self.views)
+    if parsed is None or "answer" in parsed:
+      return _host_values(self.grammar, None if parsed is None else {}, parsed is not None)
+    fields = {"camera": parsed["camera"]}
+    if self.views == "preset":
+      fields["view"] = grammars.THINK3D_PRESET_VIEWS.index((parsed["azimuth"],
+                                                            parsed["elevation"]))
+    else:
+      fields.update(azimuth=parsed["azimuth"], elevation=parsed["elevation"])
+    fields["camera_view"] = self.grammar.option("camera_view",
+                                                b"true" if parsed["ego"] else b"false")
+    return _host_values(self.grammar, fields, False)
+
+  def host_text_reward(self, final_turn: str, answered: bool, task, env_state) -> float:
+    """Accuracy and format from the text (`papers.think3d_reward_text`)."""
+    del env_state
+    letter = "ABCDE"[task.answer_choice] if task.answer_choice >= 0 else "?"
+    return think3d_reward_text(final_turn if answered else "", letter, self.reward_config)
 
   def call_turn(self, thought: str, camera: int, azimuth, elevation, ego: bool = False) -> str:
     """A view request in this agent's syntax: `camera` 1-based (the paper's

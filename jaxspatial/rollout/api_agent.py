@@ -29,7 +29,7 @@ replies, so a reply must open with `<think>` itself (a reasoning model whose ser
 the reasoning apart, in `reasoning_content`, writes none in its content: give it a prompt or
 a server setting that keeps the tags in the content).
 
-Episode rules (as `episode.rollout`): an answer ends the episode; a malformed turn ends it as
+Episode rules (`rules`, as `episode.rollout` plays them): an answer ends the episode; a malformed turn ends it as
 malformed, unless the agent's `continue_on_format_error` and the turn stopped at the call's
 closing tag before the last turn (then the format-error message follows and the environment
 is not stepped); a tool call in the last turn, or one the environment refuses for good, ends
@@ -42,9 +42,10 @@ final turn's first <answer>...</answer> after its thinking, ANSWER_BYTES, as on 
 final environment state and the task; a host judge `judge(question [B, Lq], answer [B, A],
 references [B, R, La]) -> bool [B]` (e.g. `perception.LLMJudge`) replaces the rule judge as
 in `compile_rollout(judge=)`, asked only about the rows the agent's `judge_asks` names (PERIA:
-its gate, `PeriaAgent.rule_and_gate`). PERIA also gets its host reward (`host_reward`: R_rep from the
-replies' text, R_format and R_correct from the whole response with the observation
-messages, `papers.peria_reward_text`), as its recipe trains on.
+its gate, `PeriaAgent.rule_and_gate`). `host_reward` is the agent's `text_reward` (PERIA's:
+R_rep from the replies' text, R_format and R_correct from the whole response with the
+observation messages, `papers.peria_reward_text`, as its recipe trains on; None for the
+others).
 
 Failures: `on_error="raise"` (default) raises the endpoint's error (a failed request after its
 retries, the budget spent); `"end"` ends that episode with `error` set (no answer; its reward
@@ -66,6 +67,7 @@ import numpy as np
 
 from jaxspatial.rollout.automaton import START, Grammar
 from jaxspatial.rollout.regex_ast import Enum, Text
+from jaxspatial.rollout import rules, vision
 from jaxspatial.rollout.episode import ANSWER_BYTES
 from jaxspatial.rollout.observation import _FIELD, IMAGE_PLACEHOLDER, format_number_host
 from jaxspatial.rollout.parse import TEXT_BYTES, ParsedTurn
@@ -291,20 +293,9 @@ def _step(agent, key, state, parsed, answered):
   return agent.step(key, state, parsed, answered)
 
 
-@functools.partial(jax.jit, static_argnums=0)
-def _variant(agent, invalid, format_error, next_is_final, state):
-  return agent.observation_variant(invalid, format_error, next_is_final, state)
-
-
-@functools.partial(jax.jit, static_argnums=0)
-def _rewards(agent, states, tasks, answers, answered, malformed, verdict):
-  return jax.vmap(agent.reward, in_axes=(0, 0, 0, 0, 0, None if verdict is None else 0))(
-      states, tasks, answers, answered, malformed, verdict)
-
-
-@functools.partial(jax.jit, static_argnums=0)
-def _judge_asks(agent, tasks, answers, answered):
-  return jax.vmap(agent.judge_asks)(tasks, answers, answered)
+_variant = jax.jit(rules.observation_variant, static_argnums=0)
+_rewards = jax.jit(rules.rewards, static_argnums=0)
+_judge_asks = jax.jit(rules.judge_asks, static_argnums=0)
 
 
 def peria_response_text(messages: Sequence[dict]) -> str:
@@ -356,28 +347,23 @@ def api_rollout(endpoint, agent, tasks, key=None, *, max_tokens: int = 1024,
   completions this episode asked for), turns_used."""
   if on_error not in ("raise", "end"):
     raise ValueError(f"api_rollout: on_error must be 'raise' or 'end', got {on_error!r}")
-  if getattr(agent, "text_tokens", 0):
+  if agent.text_tokens:
     raise ValueError("api_rollout: agents with host perception tools (a {text} observation "
                      "slot) are not supported: their results are tokenised for a policy")
-  turns = agent.max_calls + 1
+  turns = rules.max_turns(agent)
   if max_turns is not None and max_turns != turns:
     raise ValueError(f"api_rollout: max_turns is {max_turns}, but {type(agent).__name__} "
                      f"allows {agent.max_calls} tool calls and then the answer: {turns}")
   key = jax.random.PRNGKey(0) if key is None else key
   grammar = agent.grammar.after(b"")
   stops = tuple(grammar.stops)
-  answer_option = grammar.option("kind", b"<answer>")
   templates = agent.observation
   templates = (templates,) if isinstance(templates, str) else tuple(templates)
-  choose_variant = getattr(agent, "observation_variant", None)
-  retry_format_errors = bool(getattr(agent, "continue_on_format_error", False))
-  prefill = getattr(agent, "prefill", "")
+  prefill = agent.prefill
 
   batch = int(jax.tree.leaves(tasks)[0].shape[0])
-  reset_keys = jax.random.split(jax.random.fold_in(key, 2 ** 20), batch)
-  images, _, env_state = jax.device_get(_reset(agent, reset_keys, tasks))
-  images = np.asarray(images)
-  images = images if images.ndim == 5 else images[:, None]
+  images, _, env_state = jax.device_get(_reset(agent, rules.reset_keys(key, batch), tasks))
+  images = vision.prompt_views(np.asarray(images))
 
   records, states, urls = [], [], []
   for b, text in enumerate(first_prompt_texts(agent, tasks)):
@@ -402,9 +388,8 @@ def api_rollout(endpoint, agent, tasks, key=None, *, max_tokens: int = 1024,
                      temperature=temperature, max_tokens=max_tokens, top_p=top_p)
                 for b in active]
     replies = _send(endpoint, requests, on_error)
-    step_keys = jax.random.split(jax.random.fold_in(jax.random.fold_in(key, 2 ** 21), turn),
-                                 batch)
-    last = turn == turns - 1
+    step_keys = rules.step_keys(key, turn, batch)
+    last = bool(rules.last_turn(turn, turns))
     for b, (reply, error) in zip(active, replies):
       record = records[b]
       record["requests"] += 1
@@ -417,31 +402,28 @@ def api_rollout(endpoint, agent, tasks, key=None, *, max_tokens: int = 1024,
       text = cut_turn(reply.encode("utf-8"), stops)
       record["turns"].append(text.decode("utf-8", "replace"))
       parsed = parse_reply(grammar, text)
-      valid = bool(parsed.valid)
-      answered = valid and int(parsed.values[grammar.field_id("kind") - 1]) == answer_option
-      call = valid and not answered
-      format_error = not valid
-      retry = (format_error and retry_format_errors and not last and stops[0] in text)
+      kind = rules.host_turn(bool(parsed.valid), bool(rules.answer_kind(parsed.values, grammar)),
+                             last, rules.stopped_at_call(text, grammar),
+                             agent.continue_on_format_error)
+      answered, call = kind.answered, kind.call
       invalid = done = False
       image = numbers_now = None
-      if answered or call:
+      if rules.stepped(kind):
         out = _step(agent, step_keys[b], states[b], jax.tree.map(jnp.asarray, parsed),
-                       jnp.asarray(answered))
+                    jnp.asarray(answered))
         image, numbers_now, new_state, invalid, done = jax.device_get(out)
         states[b] = new_state
-        invalid, done = bool(invalid) and call, bool(done)
-      ended_badly = (format_error and not retry) or (call and (last or (invalid and done)))
-      continuing = (call and not last and not done) or retry
-      if answered or ended_badly:
+      outcome = rules.host_outcome(kind, invalid, done, last)
+      invalid, done, retry = outcome.rejected, outcome.done, outcome.retry
+      ended_badly, continuing = outcome.ended_badly, outcome.continuing
+      if outcome.finishing:
         record["answer_bytes"] = answer_bytes(text)
         record["answer"] = bytes(record["answer_bytes"][record["answer_bytes"] >= 0]
                                  .astype(np.uint8)).decode("utf-8", "replace")
       record["answered"] |= answered
       record["malformed"] |= ended_badly
-      variant = 0
-      if choose_variant is not None:
-        variant = int(_variant(agent, jnp.asarray(invalid), jnp.asarray(retry),
-                                 jnp.asarray(turn + 1 == turns - 1), states[b]))
+      variant = int(_variant(agent, jnp.asarray(invalid), jnp.asarray(retry),
+                             jnp.asarray(rules.next_is_final(turn, turns)), states[b]))
       record["actions"].append(dict(
           turn=turn, kind="answer" if answered else "call" if call else "malformed",
           fields=_fields(grammar, parsed), invalid=invalid, done=done, retried=retry,
@@ -482,16 +464,9 @@ def api_rollout(endpoint, agent, tasks, key=None, *, max_tokens: int = 1024,
     record["views"] = np.stack(record["views"]).astype(np.uint8)
     record["reward"] = float(rewards[b])
     record["reward_components"] = {k: float(v[b]) for k, v in components.items()}
-    record["host_reward"] = None
-    if getattr(agent, "name", "") == "peria":
-      from jaxspatial.rl.rewards.papers import peria_reward_text  # pylint: disable=import-outside-toplevel
-      from jaxspatial.rollout.peria_agent import reference_texts  # pylint: disable=import-outside-toplevel
-      record["host_reward"] = float(peria_reward_text(
-          "".join(record["turns"]), max(record["turns_used"], 1),
-          reference_texts(np.asarray(tasks.answer_ids)[b:b + 1],
-                          np.asarray(tasks.answer_choice)[b:b + 1])[0],
-          response_text=peria_response_text(record["messages"]),
-          judge=record["reward_components"]["judged"] > 0))
+    record["host_reward"] = agent.text_reward(
+        record["turns"], peria_response_text(record["messages"]),
+        jax.tree.map(lambda x, b=b: np.asarray(x)[b], tasks), record["reward_components"])
   return records
 
 

@@ -38,6 +38,8 @@ from jaxspatial.rollout.automaton import START
 from jaxspatial.rollout.token_table import TokenAutomaton, allowed_tokens, token_bytes
 from jaxspatial.rollout.observation import ObservationTemplate, observation_tokens
 from jaxspatial.rollout.parse import parse_turn
+from jaxspatial.rollout import rules, vision
+from jaxspatial.rollout.contract import on_device
 from jaxspatial.rollout.trajectory import Trajectory
 
 Array = jax.Array
@@ -155,7 +157,6 @@ def _decode_turn(model, automaton, config, turn, key, dstate, logits, running, b
   text = model.language_model
   batch = running.shape[0]
   limit = config.max_turn_tokens
-  turn_key = jax.random.fold_in(key, turn)
 
   def cond(carry):
     k, _, _, _, _, ended, *_ = carry
@@ -169,7 +170,7 @@ def _decode_turn(model, automaton, config, turn, key, dstate, logits, running, b
       logits = repetition_penalty(logits, seen, config.repetition_penalty)
     step_logits = turn_logits(automaton, logits, grammar_state, jnp.full(batch, limit - k),
                               config)
-    token, logp = sample_token(step_logits, jax.random.fold_in(turn_key, k), config)
+    token, logp = sample_token(step_logits, rules.token_key(key, turn, k), config)
     if forced_BxN is not None:
       token, logp = force(step_logits, token, logp, forced_BxN[:, k], config)
     token = jnp.where(writing, token, config.pad_token)
@@ -205,13 +206,7 @@ def _decode_turn(model, automaton, config, turn, key, dstate, logits, running, b
   return dstate, logits, tokens_T, states_T, count, grammar_state, buffers, seen_BxV
 
 
-def _vision_inputs(model, images_BxHxWx3):
-  """Vision inputs of one view per sequence."""
-  return model.vision_inputs(images_BxHxWx3[:, None])
-
-
-def image_tokens(model, image_size) -> int:
-  return model.image_tokens(image_size)
+image_tokens = vision.image_tokens
 
 
 def _turn_bytes(automaton: TokenAutomaton, tokens_T: Array, count: Array) -> Array:
@@ -258,12 +253,11 @@ def check_turn_budget(agent, config: RolloutConfig, automaton: TokenAutomaton | 
   if not isinstance(config, RolloutConfig):
     raise TypeError(f"expected a RolloutConfig, got {type(config).__name__}")
   name = type(agent).__name__
-  budget = getattr(agent, "max_calls", None)
-  if budget is not None and config.max_turns != budget + 1:
+  if config.max_turns != rules.max_turns(agent):
     raise ValueError(
         f"RolloutConfig.max_turns is {config.max_turns}, but {name} allows "
-        f"{budget} tool calls and then the answer: max_turns must be {budget + 1} (or set the "
-        "environment's budget to max_turns - 1)")
+        f"{agent.max_calls} tool calls and then the answer: max_turns must be "
+        f"{rules.max_turns(agent)} (or set the environment's budget to max_turns - 1)")
   if automaton is None:
     return
   vocab = automaton.vocab_size
@@ -288,19 +282,6 @@ def check_turn_budget(agent, config: RolloutConfig, automaton: TokenAutomaton | 
           f"turn of {name}'s grammar {grammar!r} is {shortest} tokens: constrained decoding "
           f"would mask every token (sampling token 0 with log-probability NaN); "
           f"max_turn_tokens must be at least {shortest}")
-
-
-def _prompt_views(images):
-  """[B, N, H, W, 3]: an agent's reset may return one view [B, H, W, 3] or N."""
-  return images if images.ndim == 5 else images[:, None]
-
-
-def _observation_variant(agent, invalid, format_error, next_is_final, env_state):
-  choose = getattr(agent, "observation_variant", None)
-  if choose is None:
-    return jnp.zeros(invalid.shape, jnp.int32)
-  return jax.vmap(choose, in_axes=(0, 0, None, 0))(invalid, format_error, next_is_final,
-                                                    env_state).astype(jnp.int32)
 
 
 def _turn_contains(automaton: TokenAutomaton, tokens_T: Array, count: Array,
@@ -333,11 +314,10 @@ def rollout(model, agent, automaton: TokenAutomaton, template: ObservationTempla
   check_turn_budget(agent, config, automaton)
   batch, prompt_length = prompt_ids_BxL.shape
   turns = config.max_turns
-  reset_keys = jax.random.split(jax.random.fold_in(key, 2 ** 20), batch)
-  prompt_images, numbers, env_state = jax.vmap(agent.reset)(reset_keys, tasks)
-  prompt_images = _prompt_views(prompt_images)
+  prompt_images, numbers, env_state = jax.vmap(agent.reset)(rules.reset_keys(key, batch), tasks)
+  prompt_images = vision.prompt_views(prompt_images)
   views = prompt_images.shape[1]
-  pixels, grids, sequence_grids = model.vision_inputs(prompt_images)
+  pixels, grids, sequence_grids = vision.prompt_inputs(model, prompt_images)
   size = capacity(prompt_length, template, config)
   dstate, logits = prefill(model, prompt_ids_BxL, prompt_mask_BxL, size,
                            jnp.dtype(config.cache_dtype), pixels, grids, sequence_grids)
@@ -349,9 +329,7 @@ def rollout(model, agent, automaton: TokenAutomaton, template: ObservationTempla
     seen = mark_seen(jnp.zeros((batch, logits.shape[-1]), bool), prompt_ids_BxL,
                      prompt_mask_BxL.astype(bool))
   num_fields = len(automaton.grammar.fields)
-  answer_option = automaton.grammar.option("kind", b"<answer>")
   height, width = agent.image_size
-  continue_on_format_error = bool(getattr(agent, "continue_on_format_error", False))
   shows_image = jnp.asarray([v.has_image for v in template.variants])
   shows_text = jnp.asarray([v.text_gap >= 0 for v in template.variants])
   record = dict(
@@ -391,35 +369,29 @@ def rollout(model, agent, automaton: TokenAutomaton, template: ObservationTempla
     turn_end = dstate.next_slot
     parsed = jax.vmap(lambda t, s, n, f: parse_turn(automaton, t, s, n, f))(
         tokens_T, states_T, count, final_state)
-    kind = parsed.values[:, automaton.grammar.field_id("kind") - 1]
-    answered = running & parsed.valid & (kind == answer_option)
-    call = running & parsed.valid & (kind != answer_option)
-    last_turn = turn == turns - 1
-    format_error = running & ~parsed.valid
-    retry = jnp.zeros_like(format_error)
-    if continue_on_format_error:
-      # As an agent server sees it: only a turn that stopped at the call's closing tag is
-      # a (malformed) action; one ending at EOS, the token limit or `</answer>` ends the
-      # episode.
-      closed_call = jax.vmap(lambda t, n: _turn_contains(
-          automaton, t, n, automaton.grammar.stops[0]))(tokens_T, count)
-      retry = format_error & ~last_turn & closed_call
-    step_keys = jax.random.split(jax.random.fold_in(jax.random.fold_in(key, 2 ** 21), turn), batch)
+    last_turn = rules.last_turn(turn, turns)
+    # As an agent server sees it: only a turn that stopped at the call's closing tag is a
+    # (malformed) action to retry; one ending at EOS, the token limit or `</answer>` ends
+    # the episode.
+    closed_call = jax.vmap(lambda t, n: _turn_contains(
+        automaton, t, n, rules.call_stop(automaton.grammar)))(tokens_T, count)
+    kind = rules.classify_turn(running, parsed.valid,
+                               rules.answer_kind(parsed.values, automaton.grammar), last_turn,
+                               closed_call, agent.continue_on_format_error)
+    answered = kind.answered
     image, numbers, new_env, env_invalid, env_done = jax.vmap(
-        lambda k, s, p, a: agent.step(k, s, p, a))(step_keys, env_state, parsed, answered)
-    acted = call | answered
+        lambda k, s, p, a: agent.step(k, s, p, a))(rules.step_keys(key, turn, batch), env_state,
+                                                   parsed, answered)
+    acted = rules.stepped(kind)
     env_state = jax.tree.map(
         lambda new, old: jnp.where(acted.reshape((-1,) + (1,) * (new.ndim - 1)), new, old),
         new_env, env_state)
-    rejected = call & env_invalid
-    env_done = acted & env_done
-    # A call the environment refused for good (past its budget) ends the episode badly,
-    # like a call in the last turn.
-    ended_badly = (format_error & ~retry) | (call & (last_turn | (rejected & env_done)))
-    continuing = (call & ~last_turn & ~env_done) | retry
+    outcome = rules.turn_outcome(kind, env_invalid, env_done, last_turn)
+    format_error, rejected = outcome.format_error, outcome.rejected
+    ended_badly, continuing = outcome.ended_badly, outcome.continuing
     answer_now = jax.vmap(lambda t, n: _answer_bytes(automaton, t, n))(tokens_T, count)
-    finishing = answered | ended_badly
-    variant = _observation_variant(agent, rejected, retry, turn + 1 == turns - 1, env_state)
+    variant = rules.observation_variants(agent, rejected, outcome.retry,
+                                         rules.next_is_final(turn, turns), env_state)
     step_key = jnp.where(answered, ANSWER_KEY, jnp.where(
         format_error, MALFORMED_KEY, jnp.where(rejected, REJECTED_KEY, jnp.where(
             shows_text[variant], TEXT_KEY, jax.vmap(image_hash)(image)))))
@@ -452,7 +424,7 @@ def rollout(model, agent, automaton: TokenAutomaton, template: ObservationTempla
         observation_variant=at(record["observation_variant"], variant),
         observation_hashes=record["observation_hashes"].at[:, turn + 1].set(
             jnp.where(running, step_key, 0)),
-        answer=jnp.where(finishing[:, None], answer_now, record["answer"]),
+        answer=jnp.where(outcome.finishing[:, None], answer_now, record["answer"]),
         malformed=record["malformed"] | ended_badly)
 
     if template.text_tokens:
@@ -464,7 +436,7 @@ def rollout(model, agent, automaton: TokenAutomaton, template: ObservationTempla
 
     def observe(args):
       dstate, logits, buffers = args
-      pixels, grids, sequence_grids = _vision_inputs(model, image)
+      pixels, grids, sequence_grids = vision.view_inputs(model, image)
       slot = dstate.next_slot
       dstate, segment_logits = append(model, dstate, ids, mask, pixels, grids, sequence_grids)
       tokens, attention, loss, logprobs = buffers
@@ -499,23 +471,21 @@ def rollout(model, agent, automaton: TokenAutomaton, template: ObservationTempla
 
   answered = jnp.any(record["turn_answer"], -1)
   verdict = None
-  if getattr(judge, "on_device", False):
+  if on_device(judge):
     if judge_state is None:
       raise ValueError(f"rollout: the on-device judge {judge!r} needs judge_state "
                        "(judge.state())")
     verdict = judge.verdicts(judge_state, tasks.question_ids, record["answer"],
-                             tasks.answer_ids, jax.random.fold_in(key, 2 ** 22))
+                             tasks.answer_ids, jax.random.fold_in(key, rules.JUDGE_FOLD))
   elif judge is not None:
     # Rows the agent does not ask about (PERIA: the rule already decided) go blank: the
     # judge answers them False without a request.
-    asks = jax.vmap(agent.judge_asks)(tasks, record["answer"], answered)
+    asks = rules.judge_asks(agent, tasks, record["answer"], answered)
     verdict = jax.experimental.io_callback(
         judge, jax.ShapeDtypeStruct((batch,), jnp.bool_), tasks.question_ids,
         jnp.where(asks[:, None], record["answer"], -1), tasks.answer_ids, ordered=False)
-  reward, components = jax.vmap(
-      lambda s, t, a, ok, bad, v: agent.reward(s, t, a, ok, bad, v),
-      in_axes=(0, 0, 0, 0, 0, None if verdict is None else 0))(
-          env_state, tasks, record["answer"], answered, record["malformed"], verdict)
+  reward, components = rules.rewards(agent, env_state, tasks, record["answer"], answered,
+                                     record["malformed"], verdict)
   return Trajectory(
       tokens=tokens, attention_mask=attention, loss_mask=loss, logprobs=logprobs,
       images=record["images"], image_given=record["image_given"],

@@ -1,6 +1,7 @@
 """A host-driven rollout in the style of agent frameworks: a jitted decode step per token,
-stop strings and regex parsing on the host, environments stepped from Python one episode
-at a time, rewards from string rules.
+stop strings and regex parsing on the host (`agent.host_fields`), environments stepped from
+Python one episode at a time, rewards from string rules (`agent.host_text_reward`). The
+episode rules are the compiled loop's (`rules`), on Python values.
 
 It is the slow reference the compiled rollout is tested against (same cache layout, same
 keys, so the same episodes) and the baseline of `benchmarks/rollout_bench.py`. Parse-only
@@ -15,19 +16,17 @@ import numpy as np
 from flax import nnx
 
 from jaxspatial.models.sampler import DecodeState, append, prefill
-from jaxspatial.rl.rewards.papers import act3d_reward_text, think3d_reward_text
-from jaxspatial.rollout import agents as agent_lib
-from jaxspatial.rollout import grammars, host_parse
+from jaxspatial.rollout import rules, vision
 from jaxspatial.rollout.token_table import token_bytes
-from jaxspatial.rollout.episode import (RolloutConfig, _prompt_views, _vision_inputs, capacity,
-                                        check_turn_budget, force, sample_token)
+from jaxspatial.rollout.episode import (RolloutConfig, capacity, check_turn_budget, force,
+                                        sample_token)
 from jaxspatial.rollout.observation import ObservationTemplate, observation_tokens_host
 from jaxspatial.rollout.parse import ParsedTurn
 
 
 @nnx.jit(static_argnames=("size", "dtype"))
 def _prefill(model, ids, mask, images, size, dtype):
-  pixels, grids, sequence_grids = model.vision_inputs(images)
+  pixels, grids, sequence_grids = vision.prompt_inputs(model, images)
   return prefill(model, ids, mask, size, jnp.dtype(dtype), pixels, grids, sequence_grids)
 
 
@@ -36,7 +35,7 @@ def _prefill(model, ids, mask, images, size, dtype):
 @nnx.jit(static_argnames=("config",), donate_argnames=("dstate",))
 def _decode_step(model, dstate, logits, key, turn, k, writing, forced, config):
   text = model.language_model
-  token, logp = sample_token(logits, jax.random.fold_in(jax.random.fold_in(key, turn), k), config)
+  token, logp = sample_token(logits, rules.token_key(key, turn, k), config)
   token, logp = force(logits, token, logp, forced, config)
   token = jnp.where(writing, token, config.pad_token)
   slot = dstate.next_slot
@@ -54,53 +53,8 @@ def _decode_step(model, dstate, logits, key, turn, k, writing, forced, config):
 
 @nnx.jit(donate_argnames=("dstate",))
 def _append(model, dstate, ids, mask, images):
-  pixels, grids, sequence_grids = _vision_inputs(model, images)
+  pixels, grids, sequence_grids = vision.view_inputs(model, images)
   return append(model, dstate, ids, mask, pixels, grids, sequence_grids)
-
-
-def _host_fields(agent, grammar, parsed: dict | None) -> tuple[np.ndarray, np.ndarray, bool]:
-  """The host parse as the grammar's (values, present), and whether it answered."""
-  names = [f.name for f in grammar.fields]
-  values, present = np.zeros(len(names), np.float32), np.zeros(len(names), bool)
-  if parsed is None:
-    return values, present, False
-
-  def put(name, value):
-    values[names.index(name)] = value
-    present[names.index(name)] = True
-
-  answer_option = grammar.option("kind", b"<answer>")
-  if "answer" in parsed:
-    put("kind", answer_option)
-    return values, present, True
-  put("kind", 1 - answer_option)
-  if isinstance(agent, agent_lib.Act3DAgent):
-    put("action", parsed["action"])
-    if parsed["distance"] is not None:
-      put("distance", parsed["distance"])
-  elif isinstance(agent, agent_lib.Think3DAgent):
-    put("camera", parsed["camera"])
-    if agent.views == "preset":
-      put("view", grammars.THINK3D_PRESET_VIEWS.index((parsed["azimuth"], parsed["elevation"])))
-    else:
-      put("azimuth", parsed["azimuth"])
-      put("elevation", parsed["elevation"])
-    put("camera_view", grammar.option("camera_view", b"true" if parsed["ego"] else b"false"))
-  else:
-    raise TypeError(f"host_rollout: no host parse mapping for {type(agent).__name__}")
-  return values, present, False
-
-
-def _parser(agent):
-  """The host regex parse of a turn's text, the prompt's prefill in front (the grammars'
-  regexes read whole turns)."""
-  prefill = agent.prefill.encode()
-  if isinstance(agent, agent_lib.Act3DAgent):
-    return lambda turn: host_parse.parse_act3d(prefill + turn, agent.max_distance)
-  if isinstance(agent, agent_lib.Think3DAgent):
-    return lambda turn: host_parse.parse_think3d(prefill + turn, agent.max_cameras,
-                                                 agent.views)
-  raise TypeError(f"host_rollout: no host parser for {type(agent).__name__}")
 
 
 def host_rollout(model, agent, tokenizer, template: ObservationTemplate, tasks, prompt_ids,
@@ -114,19 +68,16 @@ def host_rollout(model, agent, tokenizer, template: ObservationTemplate, tasks, 
     raise ValueError("host_rollout: the host loop has no repetition penalty "
                      f"(RolloutConfig.repetition_penalty {config.repetition_penalty})")
   check_turn_budget(agent, config)
-  retry_format_errors = bool(getattr(agent, "continue_on_format_error", False))
-  choose_variant = getattr(agent, "observation_variant", None)
   pieces, _ = token_bytes(tokenizer)
   grammar = agent.grammar
-  parse = _parser(agent)
   stops = tuple(grammar.stops)
   eos = set(config.eos_tokens)
   batch, prompt_length = prompt_ids.shape
   size = capacity(prompt_length, template, config)
   step_env = jax.jit(agent.step)
-  reset_keys = jax.random.split(jax.random.fold_in(key, 2 ** 20), batch)
-  prompt_images, numbers, env_state = jax.jit(jax.vmap(agent.reset))(reset_keys, tasks)
-  prompt_images = _prompt_views(prompt_images)
+  prompt_images, numbers, env_state = jax.jit(jax.vmap(agent.reset))(
+      rules.reset_keys(key, batch), tasks)
+  prompt_images = vision.prompt_views(prompt_images)
   images = prompt_images[:, 0]
   dstate, logits = _prefill(model, jnp.asarray(prompt_ids), jnp.asarray(prompt_mask),
                             prompt_images, size, config.cache_dtype)
@@ -186,40 +137,38 @@ def host_rollout(model, agent, tokenizer, template: ObservationTemplate, tasks, 
         variants.append(0)
         continue
       turn_text[b].append(text[b])
-      parsed = parse(text[b])
-      values, present, answered = _host_fields(agent, grammar, parsed)
+      parsed = agent.host_fields(text[b])
+      values, present, answer = parsed or (np.zeros(len(grammar.fields), np.float32),
+                                           np.zeros(len(grammar.fields), bool), False)
+      last = bool(rules.last_turn(turn, turns))
+      kind = rules.host_turn(parsed is not None, answer, last,
+                             rules.stopped_at_call(text[b], grammar),
+                             agent.continue_on_format_error)
       out["turn_length"][b, turn] = count[b]
       out["turn_active"][b, turn] = True
       out["turn_valid"][b, turn] = parsed is not None
-      out["turn_answer"][b, turn] = answered
+      out["turn_answer"][b, turn] = kind.answered
       out["action_values"][b, turn] = values
       out["action_present"][b, turn] = present
-      call = parsed is not None and not answered
-      last = turn == turns - 1
-      retry = (parsed is None and not last and retry_format_errors
-               and grammar.stops[0] in text[b])
       invalid = done = False
-      if parsed is not None:
+      if rules.stepped(kind):
         step = ParsedTurn(valid=jnp.asarray(True), values=jnp.asarray(values),
                           present=jnp.asarray(present))
-        step_key = jax.random.split(jax.random.fold_in(jax.random.fold_in(key, 2 ** 21), turn),
-                                    batch)[b]
-        image, nums, states[b], invalid, done = step_env(step_key, states[b], step,
-                                                         jnp.asarray(answered))
-        invalid, done = bool(invalid) and call, bool(done)
+        image, nums, states[b], invalid, done = step_env(
+            rules.step_keys(key, turn, batch)[b], states[b], step, jnp.asarray(kind.answered))
         next_images.append(np.asarray(image))
         next_numbers.append(np.asarray(nums))
       else:
         next_images.append(np.asarray(images[b]))
         next_numbers.append(np.zeros(template.num_numbers, np.float32))
-      ended_badly = (parsed is None and not retry) or (call and (last or (invalid and done)))
-      malformed[b] |= ended_badly
-      if answered or ended_badly:
+      outcome = rules.host_outcome(kind, invalid, done, last)
+      malformed[b] |= outcome.ended_badly
+      if outcome.finishing:
         final_turn[b] = text[b]
-      continuing[b] = (call and not last and not done) or retry
-      variants.append(0 if choose_variant is None else int(choose_variant(
-          jnp.asarray(invalid), jnp.asarray(retry), jnp.asarray(turn + 1 == turns - 1),
-          states[b])))
+      continuing[b] = outcome.continuing
+      variants.append(int(rules.observation_variant(
+          agent, jnp.asarray(outcome.rejected), jnp.asarray(outcome.retry),
+          jnp.asarray(rules.next_is_final(turn, turns)), states[b])))
     images = jnp.asarray(np.stack(next_images))
     if continuing.any():
       ids, mask = zip(*(observation_tokens_host(template, n, v)
@@ -234,21 +183,9 @@ def host_rollout(model, agent, tokenizer, template: ObservationTemplate, tasks, 
   for b in range(batch):
     task = jax.tree.map(lambda x, b=b: np.asarray(x[b]), tasks)
     answered = bool(out["turn_answer"][b].any())
-    if isinstance(agent, agent_lib.Act3DAgent):
-      references = [bytes(r[r >= 0].astype(np.uint8)).decode() for r in task.answer_ids
-                    if r[0] >= 0]
-      state = states[b]
-      objects, seen = task.answer_objects >= 0, np.asarray(state.objects_seen)
-      grounded = bool(objects.any() and (np.all(seen | ~objects)
-                                         if agent.reward_config.grounding == "all"
-                                         else np.any(seen & objects)))
-      rewards[b] = act3d_reward_text(final_turn[b].decode("utf-8", "replace"), references,
-                                     int(state.num_interactions), grounded, agent.reward_config,
-                                     well_formed=answered)
-    else:
-      turn_string = final_turn[b].decode("utf-8", "replace") if answered else ""
-      letter = "ABCDE"[task.answer_choice] if task.answer_choice >= 0 else "?"
-      rewards[b] = think3d_reward_text(turn_string, letter, agent.reward_config)
+    state = jax.tree.map(np.asarray, states[b])
+    rewards[b] = agent.host_text_reward(final_turn[b].decode("utf-8", "replace"), answered,
+                                        task, state)
   out.update(tokens=tokens, attention_mask=attention, loss_mask=loss, logprobs=logprobs,
              reward=rewards, malformed=malformed, turn_text=turn_text)
   return out

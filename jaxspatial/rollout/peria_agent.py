@@ -1,5 +1,5 @@
 """PERIA's agent for the episode loop: interaction tools on the episode's image list, then an
-answer (see `jaxspatial.rollout.agents` for the agent interface).
+answer (`contract.Agent` is the agent interface).
 
 Observation messages are the public environment's texts (PEDIA's tool server), in Qwen's
 chat layout as a user turn:
@@ -27,6 +27,7 @@ from jaxspatial.rl.rewards.papers import peria_reward, peria_reward_text
 from jaxspatial.envs.task import decode_text
 from jaxspatial.rollout import grammars, prompts, turns
 from jaxspatial.rollout.automaton import Grammar
+from jaxspatial.rollout.contract import Agent
 
 
 def _user_turn(text: str) -> str:
@@ -55,7 +56,7 @@ TEXT_VARIANT = FORMAT_ERROR_VARIANT + 1  # only with perception tools
 
 
 @dataclasses.dataclass(frozen=True)
-class PeriaAgent(turns.AnswerTurns):
+class PeriaAgent(Agent, turns.AnswerTurns):
   """PERIA: the public server's six interaction tools on the episode's image list, then an
   answer checked by the public reward manager's rule (`device_text.peria_correct`) against
   the references: a multiple-choice task's reference is its option letter, an open one's
@@ -112,6 +113,15 @@ class PeriaAgent(turns.AnswerTurns):
                         rows.reward_components["correct"], tokenizer,
                         attention_mask_BxS=rows.attention_mask, references=references,
                         judged_B=rows.reward_components.get("judged"))
+
+  def text_reward(self, replies, response, task, components) -> float:
+    """An API episode's training reward from its text (`papers.peria_reward_text`): R_rep
+    on the replies, R_format and R_correct on the whole response, the device judge's
+    overturn counting."""
+    references = reference_texts(np.asarray(task.answer_ids)[None],
+                                 np.asarray(task.answer_choice)[None])[0]
+    return float(peria_reward_text("".join(replies), max(len(replies), 1), references,
+                                   response_text=response, judge=components["judged"] > 0))
 
   def call_turn(self, thought: str, tool: str, image_index: int, points=(),
                 label: str | None = None, text: str | None = None,

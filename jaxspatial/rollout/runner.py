@@ -18,6 +18,7 @@ import numpy as np
 from jaxspatial.models.chat import ChatFormat
 from jaxspatial.rollout import token_table as am
 from jaxspatial.rollout import episode, observation
+from jaxspatial.rollout.contract import on_device
 from jaxspatial.models.sharding import global_batch
 
 
@@ -57,7 +58,7 @@ class AgentRollout:
     # otherwise surface only once the trainer has compiled and sampled.
     episode.check_turn_budget(agent, config, automaton)
     template = observation.compile_template(tokenizer, agent.observation, image_tokens,
-                                            text_tokens=getattr(agent, "text_tokens", 0))
+                                            text_tokens=agent.text_tokens)
     return cls(agent, tokenizer, automaton, template, config, image_tokens, prompt_tokens,
                judge, eval_judge)
 
@@ -91,7 +92,7 @@ class AgentRollout:
     judge = None if not judged else (self.eval_judge or self.judge) if evaluation else self.judge
     run = episode.compile_rollout(self.agent, self.template, config, judge)
     # An on-device judge (a jaxspatial policy) is an argument of the program, not a constant.
-    judge_state = judge.state() if getattr(judge, "on_device", False) else None
+    judge_state = judge.state() if on_device(judge) else None
     inputs = (tasks, prompt_ids, prompt_mask) + (() if forced is None else (forced,))
     if mesh is not None:
       inputs = global_batch(inputs, mesh)

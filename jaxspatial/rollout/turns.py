@@ -71,9 +71,3 @@ class AnswerTurns:
 
   def answer_prefix(self, thought: str) -> str:
     return answer_prefix(thought)
-
-  def judge_asks(self, task, answer_bytes, answered):
-    """Whether a host judge is asked about this episode's answer (the others reach it
-    blank, which it answers without a request): every answer by default."""
-    del task, answer_bytes
-    return answered

@@ -15,6 +15,7 @@ from jaxspatial.envs import act3d
 from jaxspatial.models.qwen2_5_vl.model import Qwen25VL
 from jaxspatial.models.qwen2_5_vl.preprocess import batch_vision_inputs
 from jaxspatial.rollout import agents, token_table as am, episode, host_loop, observation, tiny
+from jaxspatial.rollout import vision
 from jaxspatial.train import TrainBatch
 
 BATCH = 4
@@ -101,7 +102,7 @@ def test_other_policy_families_roll_out_as_the_host_reference(family):
     images_per_row = int(np.sum(np.asarray(traj.tokens[0]) == model.config.image_token_id)
                          // n_image)
     views = traj.images[:, :images_per_row].reshape((-1,) + traj.images.shape[2:])
-    pixels, grids, _ = episode._vision_inputs(model, jnp.asarray(views))
+    pixels, grids, _ = vision.view_inputs(model, jnp.asarray(views))
     sequence_grids = jnp.broadcast_to(jnp.asarray(grids[0], jnp.int32),
                                       (BATCH, images_per_row, 3))
     logits = nnx.jit(lambda m, t, a, p, s: m(t, a, p, grids, s))(
@@ -406,7 +407,7 @@ def test_a_full_forward_pass_over_the_trajectory_gives_its_logprobs(setup):
                        // episode.image_tokens(model, AGENT.image_size))
   assert images_per_row == config.max_turns  # the layout is static
   views = traj.images[:, :images_per_row].reshape((-1,) + traj.images.shape[2:])
-  pixels, grids, _ = episode._vision_inputs(model, views)
+  pixels, grids, _ = vision.view_inputs(model, views)
   grid = jnp.asarray(grids[0], jnp.int32)
   sequence_grids = jnp.broadcast_to(grid, (BATCH, images_per_row, 3))
   logits = model(traj.tokens, traj.attention_mask, pixels, grids, sequence_grids)
