@@ -9,7 +9,7 @@ ocr, sam3, grounding_dino) or single public perception tools (`jaxspatial.percep
 text_ocr, auto_segment, ...). `--models` gives a family its Hugging Face model folder
 (sam3 and grounding_dino need one; an ocr folder is PaddleOCR-VL instead of PP-OCRv4); the
 models load before the server listens. Rollouts call the tools with
-`service.RemoteTool(url, name)` (or `remote_tools(url)`). Prints one line with the URL and
+`client.RemoteTool(url, name)` (or `remote_tools(url)`). Prints one line with the URL and
 the tool names once it is listening (with --port 0, the port it picked). `--max_concurrent`
 bounds the tool calls running at once, `--max_connections` the open connections.
 """
@@ -29,6 +29,7 @@ import threading
 from absl import app, flags
 
 from jaxspatial.perception import service
+from jaxspatial.perception.server import ToolServer
 from recipes import cli
 
 _HOST = flags.DEFINE_string("host", "127.0.0.1", "the address to listen on")
@@ -70,8 +71,8 @@ def main(argv) -> None:
     signal.signal(number, lambda *_: stop.set())
   # A failing tool's traceback goes to stderr; callers get its type and message only.
   logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-  with service.ToolServer(tools, _HOST.value, _PORT.value, max_concurrent=_MAX_CONCURRENT.value,
-                          max_connections=_MAX_CONNECTIONS.value) as server:
+  with ToolServer(tools, _HOST.value, _PORT.value, max_concurrent=_MAX_CONCURRENT.value,
+                  max_connections=_MAX_CONNECTIONS.value) as server:
     print(f"perception server at {server.url}: {', '.join(sorted(tools))}", flush=True)
     while not stop.wait(0.5):  # a timed wait lets the signal handler run promptly
       pass

@@ -19,8 +19,9 @@ from jaxspatial.perception.judge import (ChatEndpoint, EndpointError, LLMJudge, 
 from jaxspatial.perception.judges import make_endpoint, make_judge
 from jaxspatial.perception.policy_judge import PolicyJudge
 from jaxspatial.perception.segmentation import SAM3_TOOLS, SAM3Backend, SegmentationConfig
-from jaxspatial.perception.service import (TOOL_FACTORIES, RemoteTool, ToolServer, build_tools,
-                                           remote_tools, wait_healthy)
+from jaxspatial.perception.client import RemoteTool, remote_tools, wait_healthy
+from jaxspatial.perception.server import ToolServer
+from jaxspatial.perception.service import TOOL_FACTORIES, build_tools
 from jaxspatial.perception.tools import TOOLS, ModelFolderError, PerceptionTool
 
 from jaxspatial.perception.vggt import (VGGT_FRAME_SIZE, VGGT_PATCH, VGGT_SPECIAL_TOKENS,

@@ -94,8 +94,9 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from jaxspatial.errors import ServiceError
-from jaxspatial.perception.service import (CallStats, TransportError, excerpt, http_request)
+from jaxspatial.errors import ServiceError, TransportError
+from jaxspatial.perception.client import CallStats, http_request
+from jaxspatial.perception.wire import excerpt
 from jaxspatial.rollout.contract import Judge
 
 RETRYABLE_STATUS = (408, 429)  # and every 5xx

@@ -192,7 +192,8 @@ def test_a_perception_server_that_dies_mid_rollout_is_the_tools_error_text(polic
   its answer, and nothing hangs."""
   import json  # pylint: disable=import-outside-toplevel
   import time  # pylint: disable=import-outside-toplevel
-  from jaxspatial.perception import service  # pylint: disable=import-outside-toplevel
+  # pylint: disable-next=import-outside-toplevel
+  from jaxspatial.perception import client, server as tool_server
   tok, model = policy
 
   served = []
@@ -204,9 +205,9 @@ def test_a_perception_server_that_dies_mid_rollout_is_the_tools_error_text(polic
     return "Tool executed successfully.\nResult: " + json.dumps(
         {"mean": round(float(np.asarray(image).mean()), 1)})
 
-  server = service.ToolServer({"text_ocr": describe})
+  server = tool_server.ToolServer({"text_ocr": describe})
   server.start()
-  remote = service.RemoteTool(server.url, "text_ocr", timeout_s=5, retries=1, backoff_s=0.1)
+  remote = client.RemoteTool(server.url, "text_ocr", timeout_s=5, retries=1, backoff_s=0.1)
   tool = TextTool("text_ocr", remote, tok, max_tokens=64, timeout_s=30)
   params = peria.PeriaParams(width=56, height=56, max_images=3, max_turns=3)
   agent = agents.PeriaAgent(params).with_perception([tool])

@@ -530,7 +530,7 @@ def _launch(args, stderr):
 def test_the_perception_server_command_serves_registry_tools_from_a_folder(sam3_folder, image,
                                                                            tmp_path):
   from jaxspatial.perception import TOOLS
-  from jaxspatial.perception.service import RemoteTool
+  from jaxspatial.perception.client import RemoteTool
   served = sorted(["text_ocr", *seg.SAM3_TOOLS])
   logs = {name: open(tmp_path / f"{name}.err", "w", encoding="utf-8")
           for name in ("server", "refused")}

@@ -16,10 +16,12 @@ import time
 import numpy as np
 import pytest
 
-from jaxspatial.perception import service
-from jaxspatial.perception.service import (RemoteTool, ToolError, ToolServer, WireError,
-                                           decode_request, decode_result, encode_request,
-                                           encode_result, wait_healthy)
+from jaxspatial.errors import ToolError, WireError
+from jaxspatial.perception import client, service
+from jaxspatial.perception.client import RemoteTool, wait_healthy
+from jaxspatial.perception.server import ToolServer
+from jaxspatial.perception.wire import (decode_request, decode_result, encode_request,
+                                        encode_result)
 from tests.deadline import deadline
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -204,7 +206,7 @@ def test_tools_are_called_remotely_like_local_ones():
   image = rng.integers(0, 256, (48, 64, 3), dtype=np.uint8)
   with ToolServer(tools) as server:
     assert wait_healthy(server.url, 5) == {"status": "ok", "tools": sorted(tools)}
-    remote = service.remote_tools(server.url, timeout_s=5)
+    remote = client.remote_tools(server.url, timeout_s=5)
     assert sorted(remote) == sorted(tools)
     out = remote["stats"](points=points, weights=weights)
     want = _stats_tool(points, weights)
@@ -262,23 +264,23 @@ def test_unknown_tool_bad_arguments_and_tool_exceptions_are_named():
       flaky(image=image)
     assert flaky.stats()["failing"] == {"calls": 1, "failures": 1, "attempts": 3,
                                         "latency": {"count": 0, "total_s": 0.0, "max_s": 0.0}}
-    status, _, body = service.http_request(f"{server.url}/tools/failing", "POST",
-                                           service.encode_request((), {"image": image}),
-                                           {"Content-Type": "application/json"})
+    status, _, body = client.http_request(f"{server.url}/tools/failing", "POST",
+                                          encode_request((), {"image": image}),
+                                          {"Content-Type": "application/json"})
     assert status == 500 and set(json.loads(body)) == {"error"}
     assert "Traceback" not in body.decode() and ".py" not in body.decode()
     # A claimed shape numpy cannot index, even empty: a 400 naming it, the server serves on.
     claim = json.dumps({"args": [{"__ndarray__": {"dtype": "uint8", "shape": [0, 2 ** 62,
                                                                               2 ** 62],
                                                   "data": ""}}]}).encode()
-    status, _, body = service.http_request(f"{server.url}/tools/describe", "POST", claim,
-                                           {"Content-Type": "application/json"})
+    status, _, body = client.http_request(f"{server.url}/tools/describe", "POST", claim,
+                                          {"Content-Type": "application/json"})
     assert status == 400 and "past what an array can hold" in json.loads(body)["error"]
     # Bad paths and a GET of a tool are 404s with JSON errors, not crashes.
-    status, _, body = service.http_request(f"{server.url}/nowhere")
+    status, _, body = client.http_request(f"{server.url}/nowhere")
     assert status == 404 and "no such path" in json.loads(body)["error"]
-    status, _, body = service.http_request(f"{server.url}/tools/describe", "POST", b"{]",
-                                           {"Content-Type": "application/json"})
+    status, _, body = client.http_request(f"{server.url}/tools/describe", "POST", b"{]",
+                                          {"Content-Type": "application/json"})
     assert status == 400 and "tool 'describe' request: malformed JSON" in json.loads(body)["error"]
 
 
