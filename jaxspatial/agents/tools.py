@@ -48,15 +48,17 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import numbers
 import os
 import re
 import threading
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
 from jaxspatial.errors import ToolArgumentError
+from jaxspatial.geometry.unproject import unproject_depth
+from jaxspatial.perception.tool_args import (frame_indices, parse_array, parse_image, parse_int,
+                                             parse_number, parse_pixel_box, parse_text)
 
 MAX_FRAMES = 64
 GROUPS = {
@@ -70,109 +72,6 @@ DA3_MODEL = "DA3NESTED-GIANT-LARGE"   # the paper's Reconstruct model
 MAX_POINT_PROMPTS = 16
 MAX_RENDER_SIDE = 1024
 MAX_TEXT_CHARS = 2000
-
-
-# --- argument checks ----------------------------------------------------------------------
-
-def _int(value: Any, name: str, low: int | None = None, high: int | None = None) -> int:
-  if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-    if isinstance(value, np.ndarray) and value.shape == () and value.dtype.kind in "iu":
-      value = int(value)
-    else:
-      raise ToolArgumentError(f"{name}: expected an integer, got {type(value).__name__}")
-  value = int(value)
-  if (low is not None and value < low) or (high is not None and value > high):
-    raise ToolArgumentError(f"{name}: {value} is out of range [{low}, {high}]")
-  return value
-
-
-def _float(value: Any, name: str, low: float | None = None, high: float | None = None) -> float:
-  if isinstance(value, bool) or not isinstance(value, (numbers.Real, np.floating, np.integer)):
-    raise ToolArgumentError(f"{name}: expected a number, got {type(value).__name__}")
-  value = float(value)
-  if not math.isfinite(value):
-    raise ToolArgumentError(f"{name}: expected a finite number, got {value}")
-  if (low is not None and value < low) or (high is not None and value > high):
-    raise ToolArgumentError(f"{name}: {value:g} is out of range [{low}, {high}]")
-  return value
-
-
-def _text(value: Any, name: str, limit: int = MAX_TEXT_CHARS) -> str:
-  if not isinstance(value, str) or not value.strip():
-    raise ToolArgumentError(f"{name}: expected a non-empty string")
-  if len(value) > limit:
-    raise ToolArgumentError(f"{name}: {len(value)} characters, over the limit of {limit}")
-  return value.strip()
-
-
-def _array(value: Any, name: str, shape: tuple, dtype_kind: str = "fiu") -> np.ndarray:
-  """A numeric array whose shape matches `shape` (None: any size on that axis)."""
-  try:
-    array = np.asarray(value)
-  except (ValueError, TypeError) as error:
-    raise ToolArgumentError(f"{name}: not an array ({error})") from None
-  if array.dtype.kind not in dtype_kind or array.ndim != len(shape) or any(
-      s is not None and s != a for s, a in zip(shape, array.shape)):
-    want = "x".join("N" if s is None else str(s) for s in shape)
-    raise ToolArgumentError(f"{name}: expected a numeric array of shape [{want}], got "
-                    f"{array.dtype} {list(array.shape)}")
-  if array.dtype.kind == "f" and not np.isfinite(array).all():
-    raise ToolArgumentError(f"{name}: holds NaN or infinite values")
-  return array
-
-
-def _image(value: Any, name: str) -> np.ndarray:
-  """An RGB image as uint8 [H, W, 3] (gray [H, W] and floats in [0, 1] accepted)."""
-  array = np.asarray(value)
-  if array.ndim == 2:
-    array = np.repeat(array[..., None], 3, axis=-1)
-  if array.ndim != 3 or array.shape[-1] not in (3, 4) or min(array.shape[:2]) < 1:
-    raise ToolArgumentError(f"{name}: expected an image [H, W, 3], got shape {list(array.shape)}")
-  if array.shape[0] * array.shape[1] > 4096 * 4096:
-    raise ToolArgumentError(f"{name}: {array.shape[1]} x {array.shape[0]} is over 4096 x 4096 pixels")
-  array = array[..., :3]
-  if array.dtype == np.uint8:
-    return array
-  if array.dtype.kind == "f":
-    if not np.isfinite(array).all():
-      raise ToolArgumentError(f"{name}: holds NaN or infinite values")
-    scale = 255.0 if array.max(initial=0.0) <= 1.0 else 1.0
-    return np.clip(np.rint(array * scale), 0, 255).astype(np.uint8)
-  if array.dtype.kind in "iub":
-    return np.clip(array, 0, 255).astype(np.uint8)
-  raise ToolArgumentError(f"{name}: expected a numeric image, got {array.dtype}")
-
-
-def frame_indices(value: Any, count: int, limit: int = MAX_FRAMES,
-                  name: str = "frames") -> list[int]:
-  """Distinct frame indices in [0, count): an int, a list, or None (all, if <= limit)."""
-  if value is None:
-    if count > limit:
-      raise ToolArgumentError(f"{name}: this task has {count} frames, over the limit of {limit} "
-                      f"a call; pass frames=[...] (e.g. every {math.ceil(count / limit)}th)")
-    return list(range(count))
-  if isinstance(value, np.ndarray):
-    value = value.tolist()
-  if isinstance(value, (list, tuple)):
-    if not value:
-      raise ToolArgumentError(f"{name}: expected at least one frame index")
-    if len(value) > limit:
-      raise ToolArgumentError(f"{name}: {len(value)} frames, over the limit of {limit} a call")
-    out = [_int(v, f"{name}[{k}]", 0, count - 1) for k, v in enumerate(value)]
-  else:
-    out = [_int(value, name, 0, count - 1)]
-  if len(set(out)) != len(out):
-    raise ToolArgumentError(f"{name}: repeated frame indices {out}")
-  return out
-
-
-def _pixel_box(value: Any, height: int, width: int, name: str = "box") -> np.ndarray:
-  box = _array(value, name, (4,)).astype(np.float64)
-  x1, y1, x2, y2 = box
-  if not (0 <= x1 < x2 <= width and 0 <= y1 < y2 <= height):
-    raise ToolArgumentError(f"{name}: expected pixels [x1, y1, x2, y2] with 0 <= x1 < x2 <= {width} "
-                    f"and 0 <= y1 < y2 <= {height}, got {box.tolist()}")
-  return box
 
 
 def resize_long_edge(image: np.ndarray, long_edge: int | None) -> np.ndarray:
@@ -199,22 +98,6 @@ class FrameGeometry:
   up: np.ndarray | None        # the source's up axis, when known
   floor: float | None          # the ground's height along `up`, when known
   metric: bool
-
-
-def unproject(depth_NxHxW: np.ndarray, intrinsics_Nx3x3: np.ndarray,
-              c2w_Nx4x4: np.ndarray) -> np.ndarray:
-  """World points [N, H, W, 3] of depth maps (pixel centres at integer coordinates)."""
-  n, height, width = depth_NxHxW.shape
-  v, u = np.meshgrid(np.arange(height, dtype=np.float32), np.arange(width, dtype=np.float32),
-                     indexing="ij")
-  out = np.empty((n, height, width, 3), np.float32)
-  for i in range(n):
-    k = intrinsics_Nx3x3[i]
-    z = depth_NxHxW[i]
-    cam = np.stack([(u - k[0, 2]) / k[0, 0] * z, (v - k[1, 2]) / k[1, 1] * z, z], -1)
-    out[i] = cam @ c2w_Nx4x4[i, :3, :3].T + c2w_Nx4x4[i, :3, 3]
-    out[i][z <= 0] = 0.0
-  return out
 
 
 def _intrinsic_matrices(cameras) -> np.ndarray:
@@ -271,8 +154,11 @@ class DepthGeometry:
         np.float32)
     k = _intrinsic_matrices(self.cameras)[index]
     c2w = np.asarray(self.cameras.world_from_camera, np.float32)[index]
-    return FrameGeometry(depth, unproject(depth, k, c2w), k, c2w, self.up, self.floor,
-                         self.metric)
+    points = np.empty(depth.shape + (3,), np.float32)
+    for i, z in enumerate(depth):
+      points[i] = unproject_depth(z, k[i], c2w[i])
+      points[i][z <= 0] = 0.0  # no depth: 0, as in the other sources
+    return FrameGeometry(depth, points, k, c2w, self.up, self.floor, self.metric)
 
 
 class CloudGeometry:
@@ -722,7 +608,7 @@ class EpisodeTools:
 
   @staticmethod
   def _size(width, height) -> tuple[int, int]:
-    return (_int(width, "width", 16, MAX_RENDER_SIDE), _int(height, "height", 16,
+    return (parse_int(width, "width", 16, MAX_RENDER_SIDE), parse_int(height, "height", 16,
                                                             MAX_RENDER_SIDE))
 
   def RenderView(self, eye=None, target=None, extrinsics=None, width=512, height=384,
@@ -731,9 +617,9 @@ class EpisodeTools:
     (world coordinates, +Y up), or a given 4x4 camera-to-world `extrinsics`."""
     from jaxspatial.geometry import intrinsics_from_fov, look_at  # pylint: disable=import-outside-toplevel
     width, height = self._size(width, height)
-    fov = _float(fov, "fov", 1.0, 170.0)
+    fov = parse_number(fov, "fov", 1.0, 170.0)
     if extrinsics is not None:
-      c2w = _array(extrinsics, "extrinsics", (4, 4)).astype(np.float64)
+      c2w = parse_array(extrinsics, "extrinsics", (4, 4)).astype(np.float64)
       rotation = c2w[:3, :3]
       if (not np.allclose(rotation @ rotation.T, np.eye(3), atol=1e-3)
           or np.linalg.det(rotation) < 0 or not np.allclose(c2w[3], [0, 0, 0, 1])):
@@ -741,7 +627,7 @@ class EpisodeTools:
     else:
       if eye is None or target is None:
         raise ToolArgumentError("RenderView: give eye=[x, y, z] and target=[x, y, z], or extrinsics")
-      eye_v, target_v = _array(eye, "eye", (3,)), _array(target, "target", (3,))
+      eye_v, target_v = parse_array(eye, "eye", (3,)), parse_array(target, "target", (3,))
       if np.linalg.norm(target_v - eye_v) < 1e-6:
         raise ToolArgumentError("RenderView: eye and target coincide")
       c2w = np.asarray(look_at(eye_v, target_v, up=(0.0, 1.0, 0.0)), np.float64)
@@ -757,8 +643,8 @@ class EpisodeTools:
     """A top-down view of the last reconstruction: image up = -Z (the first camera's
     facing), right = +X; the input cameras drawn when `cameras`."""
     from jaxspatial.geometry import Camera, look_at  # pylint: disable=import-outside-toplevel
-    side = _int(size, "size", 64, MAX_RENDER_SIDE)
-    margin = _float(margin, "margin", 0.0, 1.0)
+    side = parse_int(size, "size", 64, MAX_RENDER_SIDE)
+    margin = parse_number(margin, "margin", 0.0, 1.0)
     if not isinstance(cameras, (bool, np.bool_)):
       raise ToolArgumentError("cameras: expected True or False")
     cloud, last = self._cloud("RenderBEV")
@@ -792,11 +678,11 @@ class EpisodeTools:
     if need and text is None and box is None and points is None:
       raise ToolArgumentError(f"{name}: give text='...', box=[x1, y1, x2, y2] or points=[[x, y], "
                       "...] (pixels)")
-    text = None if text is None else _text(text, "text", 200)
-    box = None if box is None else _pixel_box(box, height, width)
+    text = None if text is None else parse_text(text, "text", 200)
+    box = None if box is None else parse_pixel_box(box, height, width)
     labels = None
     if points is not None:
-      points = _array(points, "points", (None, 2)).astype(np.float64)
+      points = parse_array(points, "points", (None, 2)).astype(np.float64)
       if not 1 <= len(points) <= MAX_POINT_PROMPTS:
         raise ToolArgumentError(f"points: expected 1 to {MAX_POINT_PROMPTS} points [[x, y], ...], "
                         f"got {len(points)}")
@@ -807,8 +693,8 @@ class EpisodeTools:
       if point_labels is None:
         labels = [1] * len(points)
       else:
-        labels = [_int(v, f"point_labels[{k}]", 0, 1) for k, v in
-                  enumerate(_array(point_labels, "point_labels", (len(points),), "iub"))]
+        labels = [parse_int(v, f"point_labels[{k}]", 0, 1) for k, v in
+                  enumerate(parse_array(point_labels, "point_labels", (len(points),), "iub"))]
       if not any(labels):
         raise ToolArgumentError("point_labels: at least one point must be positive (1)")
     elif point_labels is not None:
@@ -829,7 +715,7 @@ class EpisodeTools:
     pixel box [x1, y1, x2, y2] and / or pixel points [[x, y], ...] (point_labels 1 keep,
     0 exclude; default all 1): {masks [K, H, W] bool, scores [K], boxes [K, 4] pixels,
     count}."""
-    index = _int(frame, "frame", 0, len(self.frames) - 1)
+    index = parse_int(frame, "frame", 0, len(self.frames) - 1)
     text, box, points, labels = self._prompts("SAM3", index, text, box, points, point_labels)
     found = self._segment(index, text, box, points, labels)
     height, width = self.frames.shape[1:3]
@@ -847,7 +733,7 @@ class EpisodeTools:
     first of `frames`). {frames [n], ids [K], masks [K, n, H, W] bool, present [K, n] bool,
     scores [K, n], boxes [K, n, 4] pixels, method}."""
     indices = frame_indices(frames, len(self.frames), self.limits.max_frames)
-    start = indices[0] if prompt_frame is None else _int(prompt_frame, "prompt_frame", 0,
+    start = indices[0] if prompt_frame is None else parse_int(prompt_frame, "prompt_frame", 0,
                                                          len(self.frames) - 1)
     if start not in indices:
       raise ToolArgumentError(f"prompt_frame: {start} is not one of frames {indices}")
@@ -903,8 +789,8 @@ class EpisodeTools:
 
   def SAM3_exists(self, frame, text) -> dict:
     """Whether a concept (text) is present in one frame, without masks: {present, score}."""
-    index = _int(frame, "frame", 0, len(self.frames) - 1)
-    text = _text(text, "text", 200)
+    index = parse_int(frame, "frame", 0, len(self.frames) - 1)
+    text = parse_text(text, "text", 200)
     if self.segmenter is None:
       raise ToolArgumentError("SAM3.exists: no segmentation model is configured for this run (SAM 3 "
                       "needs a model folder)")
@@ -917,11 +803,11 @@ class EpisodeTools:
 
   def OCR(self, frame, box=None) -> dict:
     """Text lines read in one frame (optionally inside a pixel box)."""
-    index = _int(frame, "frame", 0, len(self.frames) - 1)
+    index = parse_int(frame, "frame", 0, len(self.frames) - 1)
     image = self.frames[index]
     left = top = 0
     if box is not None:
-      x1, y1, x2, y2 = _pixel_box(box, *image.shape[:2])
+      x1, y1, x2, y2 = parse_pixel_box(box, *image.shape[:2])
       left, top = int(x1), int(y1)
       image = image[top:int(math.ceil(y2)), left:int(math.ceil(x2))]
     backend = self.ocr
@@ -953,9 +839,9 @@ class EpisodeTools:
     out = []
     for k, item in enumerate(images):
       if isinstance(item, (int, np.integer)) and not isinstance(item, bool):
-        image = self.frames[_int(item, f"images[{k}]", 0, len(self.frames) - 1)]
+        image = self.frames[parse_int(item, f"images[{k}]", 0, len(self.frames) - 1)]
       else:
-        image = _image(item, f"images[{k}]")
+        image = parse_image(item, f"images[{k}]")
       out.append(resize_long_edge(np.ascontiguousarray(image), self.limits.image_long_edge))
     return out
 
@@ -978,7 +864,7 @@ class EpisodeTools:
   def vlm_ask_with_thinking(self, question, images=None) -> dict:
     """A sub-question to the model about frames (indices) or image arrays; it reasons first,
     then answers: {answer, thinking}."""
-    question = _text(question, "question")
+    question = parse_text(question, "question", MAX_TEXT_CHARS)
     thinking, answer = split_thinking(self._ask(question, self._images(images), question,
                                                 thinking=True))
     self._record(question, answer)
@@ -988,8 +874,8 @@ class EpisodeTools:
     """Where `description` is in one frame, as the model sees it: {visible, boxes [[x1, y1,
     x2, y2]], points [[x, y]] (0-1000 grid over width and height), pixel_boxes,
     pixel_points}."""
-    index = _int(frame, "frame", 0, len(self.frames) - 1)
-    description = _text(description, "description", 300)
+    index = parse_int(frame, "frame", 0, len(self.frames) - 1)
+    description = parse_text(description, "description", 300)
     image = self.frames[index]
     prompt = (f"Find this in the image: {description}\nFor each instance write one line: "
               "box [x1, y1, x2, y2] point (x, y), on a 0-1000 grid over the image's width "
@@ -1017,12 +903,12 @@ class EpisodeTools:
   def Project(self, points, extrinsics, intrinsics) -> dict:
     """World points [M, 3] into a camera (4x4 camera-to-world, 3x3 K): pixels [M, 2]
     (x, y), depth [M] and in_front [M]."""
-    xyz = _array(points, "points", (None, 3)).astype(np.float64)
+    xyz = parse_array(points, "points", (None, 3)).astype(np.float64)
     if len(xyz) > self.limits.max_project_points:
       raise ToolArgumentError(f"points: {len(xyz)} points, over the limit of "
                       f"{self.limits.max_project_points}")
-    c2w = _array(extrinsics, "extrinsics", (4, 4)).astype(np.float64)
-    k = _array(intrinsics, "intrinsics", (3, 3)).astype(np.float64)
+    c2w = parse_array(extrinsics, "extrinsics", (4, 4)).astype(np.float64)
+    k = parse_array(intrinsics, "intrinsics", (3, 3)).astype(np.float64)
     rotation = c2w[:3, :3]
     if not np.allclose(rotation @ rotation.T, np.eye(3), atol=1e-3):
       raise ToolArgumentError("extrinsics: the rotation part is not orthonormal")
@@ -1039,11 +925,11 @@ class EpisodeTools:
     discs and boxes [[x1, y1, x2, y2], ...] drawn, each with its label."""
     from PIL import Image, ImageDraw  # pylint: disable=import-outside-toplevel
     if isinstance(image, (int, np.integer)) and not isinstance(image, bool):
-      base = self.frames[_int(image, "image", 0, len(self.frames) - 1)]
+      base = self.frames[parse_int(image, "image", 0, len(self.frames) - 1)]
     else:
-      base = _image(image, "image")
-    pts = np.zeros((0, 2)) if points is None else _array(points, "points", (None, 2))
-    bxs = np.zeros((0, 4)) if boxes is None else _array(boxes, "boxes", (None, 4))
+      base = parse_image(image, "image")
+    pts = np.zeros((0, 2)) if points is None else parse_array(points, "points", (None, 2))
+    bxs = np.zeros((0, 4)) if boxes is None else parse_array(boxes, "boxes", (None, 4))
     if len(pts) + len(bxs) > 256:
       raise ToolArgumentError("Annotate: at most 256 points and boxes")
     names = [] if labels is None else list(labels)
@@ -1051,7 +937,7 @@ class EpisodeTools:
       raise ToolArgumentError(f"labels: expected {len(pts) + len(bxs)} labels (points, then boxes), "
                       f"got {len(names)}")
     names = [str(n)[:40] for n in names]
-    colour = tuple(int(c) for c in _array(color, "color", (3,)).clip(0, 255))
+    colour = tuple(int(c) for c in parse_array(color, "color", (3,)).clip(0, 255))
     canvas = Image.fromarray(np.ascontiguousarray(base))
     draw = ImageDraw.Draw(canvas)
     radius = max(2, round(max(base.shape[:2]) / 150))

@@ -1,4 +1,4 @@
-"""Cameras (OpenCV convention), rigid transforms and padded point clouds."""
+"""Cameras (OpenCV convention), rigid transforms, depth unprojection and padded point clouds."""
 
 from jaxspatial.geometry.camera import (
     Camera,
@@ -28,6 +28,7 @@ from jaxspatial.geometry.pointcloud import (
     stack,
     validate_point_cloud,
 )
+from jaxspatial.geometry.unproject import unproject_depth
 
 __all__ = [
     "Camera", "PointCloud", "bucket_size", "check_fov", "concatenate", "concrete",
@@ -35,5 +36,5 @@ __all__ = [
     "intrinsics_from_fov", "look_at", "make_transform",
     "matmul", "morton_order", "pad_to", "pad_to_bucket",
     "project", "rigid_inverse", "rotation_about_axis", "round_half_away", "sort_spatially", "stack", "stack_cameras",
-    "validate_camera", "validate_point_cloud", "world_to_camera",
+    "unproject_depth", "validate_camera", "validate_point_cloud", "world_to_camera",
 ]

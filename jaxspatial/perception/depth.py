@@ -12,9 +12,9 @@ What the model predicts depends on its config's `depth_estimation_type`:
 resized back to each input's size with transformers' post-processing filter (bicubic),
 clamped at 0 (both heads are non-negative; bicubic overshoots slightly).
 
-`points_from_depth` is plain jnp (jit-able) in the repo's camera convention: OpenCV axes
-(x right, y down, z forward), pixel j's centre at coordinate j, intrinsics [[fx, s, cx],
-[0, fy, cy], [0, 0, 1]], a camera-to-world pose.
+`points_from_depth` is plain jnp (jit-able; `geometry.unproject_depth`) in the repo's camera
+convention: OpenCV axes (x right, y down, z forward), pixel j's centre at coordinate j,
+intrinsics [[fx, s, cx], [0, fy, cy], [0, 0, 1]], a camera-to-world pose.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxspatial.geometry.unproject import unproject_depth
 from jaxspatial.perception.segmentation import (check_folder, check_images, check_model_type,
                                                 torch_dtype)
 
@@ -115,18 +116,6 @@ def points_from_depth(depth_HxW, intrinsics_3x3, c2w_4x4) -> jax.Array:
     if not (np.isfinite(values).all() and np.allclose(values[3], [0, 0, 0, 1])):
       raise ValueError(f"points_from_depth: c2w_4x4 must be a finite pose with last row "
                        f"[0, 0, 0, 1], got {values.tolist()}")
-  height, width = depth.shape
-  v, u = jnp.meshgrid(jnp.arange(height, dtype=jnp.float32),
-                      jnp.arange(width, dtype=jnp.float32), indexing="ij")
-  fx, s, cx, fy, cy = k[0, 0], k[0, 1], k[0, 2], k[1, 1], k[1, 2]
-  y_n = (v - cy) / fy
-  x_n = (u - cx - s * y_n) / fx
-  z = depth
-  camera = (x_n * z, y_n * z, z)
-  # Multiply-adds, not a matmul: exact float32 on accelerators whose default matmul
-  # precision is bf16 (the repo's rule for poses).
-  world = [pose[i, 0] * camera[0] + pose[i, 1] * camera[1] + pose[i, 2] * camera[2]
-           + pose[i, 3] for i in range(3)]
-  points = jnp.stack(world, -1)
-  ok = jnp.isfinite(z) & (z > 0)
+  points = unproject_depth(depth, k, pose)
+  ok = jnp.isfinite(depth) & (depth > 0)
   return jnp.where(ok[..., None], points, jnp.nan).reshape(-1, 3)

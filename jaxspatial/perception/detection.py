@@ -35,11 +35,10 @@ from typing import Sequence
 import jax.numpy as jnp
 import numpy as np
 
-from jaxspatial.perception.segmentation import (MAX_PROMPT_CHARS, check_folder, check_images,
-                                                check_model_type, grid_from_unit, result_text,
-                                                torch_dtype)
-from jaxspatial.perception.tool_args import (GRID, ToolArgumentError, check_image, error_text,
-                                             short, tool_arguments)
+from jaxspatial.perception.segmentation import (check_folder, check_images, check_model_type,
+                                                grid_from_unit, result_text, torch_dtype)
+from jaxspatial.perception.tool_args import (GRID, MAX_PROMPT_CHARS, ToolArgumentError,
+                                             check_image, error_text, short, tool_arguments)
 
 TOOL_ARGUMENTS = ("image_index", "question")  # image_index is the caller's
 _WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")

@@ -36,6 +36,8 @@ import dataclasses
 
 import numpy as np
 
+from jaxspatial.geometry.unproject import unproject_depth
+
 PI3_CONF_THRESHOLD = 0.06
 PI3_EDGE_RTOL = 0.02
 PI3_MAX_POINTS = 1_500_000
@@ -313,18 +315,6 @@ def da3_conf_threshold(conf, base: float = DA3_CONF_THRESHOLD,
   return float(min(max(base, low), high))
 
 
-def unproject(depth_HxW, intrinsic_3x3, camera_to_world_4x4) -> np.ndarray:
-  """World points [H, W, 3] float64 of a depth map: pixel (u, v) (integer pixel centres)
-  goes to K^-1 (u, v, 1) depth in the camera frame, then through the camera-to-world pose."""
-  height, width = np.shape(depth_HxW)
-  u, v = np.meshgrid(np.arange(width, dtype=np.float64), np.arange(height, dtype=np.float64))
-  pixels = np.stack([u, v, np.ones_like(u)], -1)
-  rays = pixels @ np.linalg.inv(np.asarray(intrinsic_3x3, np.float64)).T
-  camera = rays * np.asarray(depth_HxW, np.float64)[..., None]
-  pose = np.asarray(camera_to_world_4x4, np.float64)
-  return camera @ pose[:3, :3].T + pose[:3, 3]
-
-
 def fuse_depth(depth_NxHxW, intrinsics_Nx3x3, cameras_c2w_Nx4x4, images_NxHxWx3,
                conf_NxHxW=None, *, conf_threshold: float = DA3_CONF_THRESHOLD,
                conf_percentiles: tuple[float, float] | None = DA3_CONF_PERCENTILES,
@@ -354,7 +344,8 @@ def fuse_depth(depth_NxHxW, intrinsics_Nx3x3, cameras_c2w_Nx4x4, images_NxHxWx3,
       if conf is not None:
         keep &= conf[i] >= threshold
       flat = np.flatnonzero(keep)
-      world = unproject(depth[i], intrinsics[i], poses[i]).reshape(-1, 3)[flat]
+      view = (np.asarray(a[i], np.float64) for a in (depth, intrinsics, poses))
+      world = unproject_depth(*view).reshape(-1, 3)[flat]
       xyz.append(world.astype(np.float32))
       rgb.append(images[i].reshape(-1, 3)[flat])
       index.append(flat.astype(np.int64) + i * height * width)

@@ -54,9 +54,9 @@ import numpy as np
 
 # Also this module's names: the tests (and older callers) read them as segmentation.X.
 from jaxspatial.perception.tool_args import (GRID, SUCCESS, ToolArgumentError, check_image,
-                                             error_text, parse_box, short, tool_arguments)
+                                             error_text, parse_box, parse_text, short,
+                                             tool_arguments)
 
-MAX_PROMPT_CHARS = 1000  # a longer model-written prompt is refused (it is echoed in the JSON)
 SAM3_TOOLS = ("auto_segment", "bbox_segment", "text_segment", "exemplar_segment",
               "concept_count", "presence_check")
 TOOL_ARGUMENTS = {  # the public argument names; image_index is the caller's
@@ -116,23 +116,6 @@ def check_images(images_BxHxWx3, where: str) -> np.ndarray:
   if min(images.shape[:3]) == 0:
     raise ValueError(f"{expected}, got an empty batch or image {tuple(images.shape)}")
   return np.ascontiguousarray(images)
-
-
-def parse_text(value, name: str) -> str:
-  """A model-written text argument, stripped; ToolArgumentError when missing, not a string,
-  empty or longer than MAX_PROMPT_CHARS."""
-  if value is None:
-    raise ToolArgumentError(f"{name} is missing")
-  if not isinstance(value, str):
-    raise ToolArgumentError(f"{name} must be a string, got {type(value).__name__} "
-                            f"{short(value)}")
-  text = value.strip()
-  if not text:
-    raise ToolArgumentError(f"{name} is empty")
-  if len(text) > MAX_PROMPT_CHARS:
-    raise ToolArgumentError(f"{name} is too long ({len(text)} characters, at most "
-                            f"{MAX_PROMPT_CHARS})")
-  return text
 
 
 def grid_from_unit(values) -> np.ndarray:

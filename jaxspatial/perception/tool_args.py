@@ -1,11 +1,14 @@
-"""Model-written tool arguments for PERIA's perception tools (OCR, SAM 3, detection).
+"""Model-written tool arguments: PERIA's perception tools (OCR, SAM 3, detection) and
+SpatialClaw's host tools (`jaxspatial.agents.tools`) check them here, one set for both.
 
 A tool call's arguments come from the policy model, so any value can arrive. They become
-checked Python values here (`parse_box`: a 0-1000 box; `tool_arguments`: the arguments
-object) or a `ToolArgumentError`, which the tools return as PERIA's error observation
-"Error executing {tool}: ..." (`error_text`) instead of raising: a bad call is something
-the model should see and recover from, not a crash of the rollout. The caller's own
-inputs (the image, settings) still raise (`check_image`).
+checked Python values here (`parse_box`: a 0-1000 box; `parse_text`; `tool_arguments`: the
+arguments object; SpatialClaw's `parse_int`, `parse_number`, `parse_array`, `parse_image`,
+`parse_pixel_box`, `frame_indices`) or a `ToolArgumentError`, which PERIA's tools return as
+the error observation "Error executing {tool}: ..." (`error_text`) and SpatialClaw's kernel
+shows the model, instead of raising: a bad call is something the model should see and
+recover from, not a crash of the rollout. The caller's own inputs (the image, settings)
+still raise (`check_image`).
 """
 
 from __future__ import annotations
@@ -14,12 +17,14 @@ import math
 import numbers
 import re
 import reprlib
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from jaxspatial.errors import ToolArgumentError
+
 GRID = 1000  # PERIA's coordinate grid over width and height
+MAX_PROMPT_CHARS = 1000  # a longer model-written prompt is refused (it is echoed in the JSON)
 SUCCESS = "Tool executed successfully.\nResult: "
 
 
@@ -136,3 +141,124 @@ def tool_arguments(arguments, allowed: Sequence[str]) -> dict:
     raise ToolArgumentError(f"unexpected argument {short(unknown[0], 40)}; expected "
                             f"{list(allowed)}")
   return arguments
+
+
+def parse_text(value, name: str, limit: int = MAX_PROMPT_CHARS) -> str:
+  """A model-written text argument, stripped; ToolArgumentError when missing, not a string,
+  empty or longer than `limit`."""
+  if value is None:
+    raise ToolArgumentError(f"{name} is missing")
+  if not isinstance(value, str):
+    raise ToolArgumentError(f"{name} must be a string, got {type(value).__name__} "
+                            f"{short(value)}")
+  text = value.strip()
+  if not text:
+    raise ToolArgumentError(f"{name} is empty; expected a non-empty string")
+  if len(text) > limit:
+    raise ToolArgumentError(f"{name} is too long ({len(text)} characters, over the limit of "
+                            f"{limit})")
+  return text
+
+
+# --- values in pixels, frames and arrays (SpatialClaw's host tools) ---------------------------
+
+def parse_int(value: Any, name: str, low: int | None = None, high: int | None = None) -> int:
+  """An integer (a 0-d integer array too; bools refused) in [low, high]."""
+  if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+    if isinstance(value, np.ndarray) and value.shape == () and value.dtype.kind in "iu":
+      value = int(value)
+    else:
+      raise ToolArgumentError(f"{name}: expected an integer, got {type(value).__name__}")
+  value = int(value)
+  if (low is not None and value < low) or (high is not None and value > high):
+    raise ToolArgumentError(f"{name}: {value} is out of range [{low}, {high}]")
+  return value
+
+
+def parse_number(value: Any, name: str, low: float | None = None,
+                 high: float | None = None) -> float:
+  """A finite number (bools refused) in [low, high], as a float."""
+  if isinstance(value, bool) or not isinstance(value, (numbers.Real, np.floating, np.integer)):
+    raise ToolArgumentError(f"{name}: expected a number, got {type(value).__name__}")
+  value = float(value)
+  if not math.isfinite(value):
+    raise ToolArgumentError(f"{name}: expected a finite number, got {value}")
+  if (low is not None and value < low) or (high is not None and value > high):
+    raise ToolArgumentError(f"{name}: {value:g} is out of range [{low}, {high}]")
+  return value
+
+
+def parse_array(value: Any, name: str, shape: tuple, dtype_kind: str = "fiu") -> np.ndarray:
+  """A numeric array whose shape matches `shape` (None: any size on that axis)."""
+  try:
+    array = np.asarray(value)
+  except (ValueError, TypeError) as error:
+    raise ToolArgumentError(f"{name}: not an array ({error})") from None
+  if array.dtype.kind not in dtype_kind or array.ndim != len(shape) or any(
+      s is not None and s != a for s, a in zip(shape, array.shape)):
+    want = "x".join("N" if s is None else str(s) for s in shape)
+    raise ToolArgumentError(f"{name}: expected a numeric array of shape [{want}], got "
+                            f"{array.dtype} {list(array.shape)}")
+  if array.dtype.kind == "f" and not np.isfinite(array).all():
+    raise ToolArgumentError(f"{name}: holds NaN or infinite values")
+  return array
+
+
+def parse_image(value: Any, name: str) -> np.ndarray:
+  """A model-given RGB image as uint8 [H, W, 3] (gray [H, W] and floats in [0, 1]
+  accepted); unlike `check_image` (the caller's own input) a bad one is the model's
+  ToolArgumentError."""
+  array = np.asarray(value)
+  if array.ndim == 2:
+    array = np.repeat(array[..., None], 3, axis=-1)
+  if array.ndim != 3 or array.shape[-1] not in (3, 4) or min(array.shape[:2]) < 1:
+    raise ToolArgumentError(f"{name}: expected an image [H, W, 3], got shape "
+                            f"{list(array.shape)}")
+  if array.shape[0] * array.shape[1] > 4096 * 4096:
+    raise ToolArgumentError(f"{name}: {array.shape[1]} x {array.shape[0]} is over 4096 x 4096 "
+                            "pixels")
+  array = array[..., :3]
+  if array.dtype == np.uint8:
+    return array
+  if array.dtype.kind == "f":
+    if not np.isfinite(array).all():
+      raise ToolArgumentError(f"{name}: holds NaN or infinite values")
+    scale = 255.0 if array.max(initial=0.0) <= 1.0 else 1.0
+    return np.clip(np.rint(array * scale), 0, 255).astype(np.uint8)
+  if array.dtype.kind in "iub":
+    return np.clip(array, 0, 255).astype(np.uint8)
+  raise ToolArgumentError(f"{name}: expected a numeric image, got {array.dtype}")
+
+
+def frame_indices(value: Any, count: int, limit: int, name: str = "frames") -> list[int]:
+  """Distinct frame indices in [0, count): an int, a list, or None (all, if <= limit)."""
+  if value is None:
+    if count > limit:
+      raise ToolArgumentError(f"{name}: this task has {count} frames, over the limit of {limit} "
+                              "a call; pass frames=[...] (e.g. every "
+                              f"{math.ceil(count / limit)}th)")
+    return list(range(count))
+  if isinstance(value, np.ndarray):
+    value = value.tolist()
+  if isinstance(value, (list, tuple)):
+    if not value:
+      raise ToolArgumentError(f"{name}: expected at least one frame index")
+    if len(value) > limit:
+      raise ToolArgumentError(f"{name}: {len(value)} frames, over the limit of {limit} a call")
+    out = [parse_int(v, f"{name}[{k}]", 0, count - 1) for k, v in enumerate(value)]
+  else:
+    out = [parse_int(value, name, 0, count - 1)]
+  if len(set(out)) != len(out):
+    raise ToolArgumentError(f"{name}: repeated frame indices {out}")
+  return out
+
+
+def parse_pixel_box(value: Any, height: int, width: int, name: str = "box") -> np.ndarray:
+  """[x1, y1, x2, y2] float64 in pixels of a height x width image (`parse_box`: PERIA's
+  0-1000 grid instead)."""
+  box = parse_array(value, name, (4,)).astype(np.float64)
+  x1, y1, x2, y2 = box
+  if not (0 <= x1 < x2 <= width and 0 <= y1 < y2 <= height):
+    raise ToolArgumentError(f"{name}: expected pixels [x1, y1, x2, y2] with 0 <= x1 < x2 <= "
+                            f"{width} and 0 <= y1 < y2 <= {height}, got {box.tolist()}")
+  return box

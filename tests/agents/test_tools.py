@@ -13,7 +13,9 @@ from data_pipelines.synthetic.samples import SampleConfig, make_sample
 from jaxspatial.agents import tools as tool_lib
 from jaxspatial.agents.kernel_main import kernel_path
 from jaxspatial.agents.tools import (CloudGeometry, DepthGeometry, EpisodeTools, InstanceMasks,
-                                     ToolError, ToolLimits)
+                                     ToolLimits)
+from jaxspatial.errors import ToolArgumentError
+from jaxspatial.perception import tool_args
 
 CONFIG = SampleConfig(num_points=30_000, width=96, height=72)
 
@@ -69,7 +71,7 @@ def test_reconstruct_world_is_gravity_aligned(sample):
 
 def test_render_tools_draw_the_last_reconstruction(sample):
   tools = _tools(sample)
-  with pytest.raises(ToolError, match="Reconstruct"):
+  with pytest.raises(ToolArgumentError, match="Reconstruct"):
     tools.RenderBEV()
   tools.Reconstruct(frames=[0, 1, 2, 3])
   bev = tools.RenderBEV(size=96)
@@ -89,11 +91,11 @@ def test_render_tools_draw_the_last_reconstruction(sample):
   look = tools.RenderView(eye=eye.tolist(), target=(eye + [0, 0, -1]).tolist(), width=96,
                           height=72)
   assert look["image"].shape == (72, 96, 3)
-  with pytest.raises(ToolError, match="coincide"):
+  with pytest.raises(ToolArgumentError, match="coincide"):
     tools.RenderView(eye=[0, 1, 0], target=[0, 1, 0])
-  with pytest.raises(ToolError, match="rigid"):
+  with pytest.raises(ToolArgumentError, match="rigid"):
     tools.RenderView(extrinsics=np.eye(4) * 2)
-  with pytest.raises(ToolError, match="width"):
+  with pytest.raises(ToolArgumentError, match="width"):
     tools.RenderView(eye=[0, 1, 0], target=[0, 1, -1], width=5000)
 
 
@@ -138,14 +140,14 @@ def test_frame_checks_and_limits(sample):
   for bad, message in [(4, "out of range"), ([0, 0], "repeated"), ([], "at least one"),
                        ("0", "integer"), ([True], "integer"), (-1, "out of range"),
                        (list(range(70)), "limit of 64")]:
-    with pytest.raises(ToolError, match=message):
+    with pytest.raises(ToolArgumentError, match=message):
       tools.Reconstruct(frames=bad)
-  with pytest.raises(ToolError, match="pass frames"):
-    tool_lib.frame_indices(None, 100)
+  with pytest.raises(ToolArgumentError, match="pass frames"):
+    tool_args.frame_indices(None, 100, tool_lib.MAX_FRAMES)
   small = _tools(sample, limits=ToolLimits(max_output_bytes=100_000))
-  with pytest.raises(ToolError, match="over the limit"):
+  with pytest.raises(ToolArgumentError, match="over the limit"):
     small.Reconstruct(frames=[0, 1])
-  with pytest.raises(ToolError, match="no reconstruction"):
+  with pytest.raises(ToolArgumentError, match="no reconstruction"):
     EpisodeTools(sample.rgb).Reconstruct(frames=[0])
 
 
@@ -177,11 +179,11 @@ def test_sam3_masks_from_instance_maps(sample):
                           ({"points": [[1, 1]], "point_labels": [0]}, "positive"),
                           ({"points": [[1, 1]], "point_labels": [1, 1]}, "shape"),
                           ({"text": "a", "point_labels": [1]}, "without points")]:
-    with pytest.raises(ToolError, match=message):
+    with pytest.raises(ToolArgumentError, match=message):
       tools.SAM3(frame=frame, **kwargs)
-  with pytest.raises(ToolError, match="no segmentation"):
+  with pytest.raises(ToolArgumentError, match="no segmentation"):
     EpisodeTools(sample.rgb).SAM3(frame=0, text="chair")
-  with pytest.raises(ToolError, match="no segmentation"):
+  with pytest.raises(ToolArgumentError, match="no segmentation"):
     EpisodeTools(sample.rgb).SAM3_exists(0, "chair")
 
 
@@ -198,10 +200,10 @@ def test_sam3_video_follows_stored_instances(sample):
          if all(np.array_equal(out["masks"][k, j], sample.instance[j] == instance)
                 for j in range(4))]
   assert out["present"][k].tolist() == [c > 0 for c in per_frame]
-  with pytest.raises(ToolError, match="prompt_frame"):
+  with pytest.raises(ToolArgumentError, match="prompt_frame"):
     tools.SAM3_video(frames=[0, 1], text=name, prompt_frame=3)
   small = _tools(sample, limits=ToolLimits(max_output_bytes=1000))
-  with pytest.raises(ToolError, match="over the limit"):
+  with pytest.raises(ToolArgumentError, match="over the limit"):
     small.SAM3_video(frames=[0, 1, 2, 3], text=name)
 
 
@@ -319,11 +321,11 @@ def test_vlm_tools_through_the_loop_model(sample):
   assert queries[0][1] == "a red chair"
   assert tools.take_queries() == []
   tools.vlm_ask_with_thinking("again?")
-  with pytest.raises(ToolError, match="limit of 3"):
+  with pytest.raises(ToolArgumentError, match="limit of 3"):
     tools.vlm_ask_with_thinking("once more?")
-  with pytest.raises(ToolError, match="images"):
+  with pytest.raises(ToolArgumentError, match="images"):
     _tools(sample, ask=ask).vlm_ask_with_thinking("x", images=[0] * 65)
-  with pytest.raises(ToolError, match="not available"):
+  with pytest.raises(ToolArgumentError, match="not available"):
     _tools(sample).vlm_locate(0, "x")
   hidden = _tools(sample, ask=lambda q, i, thinking=False: "NOT VISIBLE").vlm_locate(0, "a cat")
   assert not hidden["visible"] and hidden["boxes"] == [] and hidden["points"] == []
@@ -349,11 +351,11 @@ def test_utilities(sample):
   stats = tools.MaskStats(valid)
   assert stats["area"] == int(valid.sum())
   assert tools.MaskStats(np.zeros((4, 4), bool)) == {"area": 0, "centroid": None, "box": None}
-  with pytest.raises(ToolError, match="labels"):
+  with pytest.raises(ToolArgumentError, match="labels"):
     tools.Annotate(0, points=[[1, 1]], labels=["a", "b"])
-  with pytest.raises(ToolError, match="NaN"):
+  with pytest.raises(ToolArgumentError, match="NaN"):
     tools.Project([[np.nan, 0, 0]], np.eye(4), np.eye(3))
-  with pytest.raises(ToolError, match="shape"):
+  with pytest.raises(ToolArgumentError, match="shape"):
     tools.Project([[0, 0]], np.eye(4), np.eye(3))
 
 
