@@ -25,15 +25,14 @@ from data_pipelines.loader import (SYNTHETIC_LIMITS, scene_questions, scene_task
 from data_pipelines.synthetic import teachers
 from data_pipelines.synthetic.questions import FAMILIES
 from jaxspatial import models
+from jaxspatial.eval import summarize
 from jaxspatial.models import Precision, memory, model_options, resolve_attention
 from jaxspatial.models.sharding import HostRows, global_batch, local_rows
 from jaxspatial.rl.objectives import PolicyLossConfig
 from jaxspatial.rollout import AgentRollout, episode, make_agent, tiny
-from jaxspatial.rollout.contract import on_device
 from jaxspatial.rollout.viewer import trajectory_html
 from jaxspatial.train import (AdvantageConfig, Experiment, ExportedPolicy, OptimizerConfig,
                               Phase, RolloutBatch, StepConfig, TrainBatch, trainable)
-from recipes.common import counts_accuracy
 
 
 def load_policy(c):
@@ -108,7 +107,7 @@ def host_metrics(run, traj) -> dict:
   tools = tuple(getattr(run.agent, "perception", ()))
   if getattr(run.agent, "reconstruction", None) is not None:
     tools += (run.agent.reconstruction,)
-  host_judge = run.judge if not on_device(run.judge) else None
+  host_judge = run.judge if not getattr(run.judge, "on_device", False) else None
   if not tools and host_judge is None:
     return {}
   jax.block_until_ready(traj.reward)
@@ -291,12 +290,14 @@ def _stack(items):
 
 
 def table(results: dict) -> str:
-  found = [k for r in results.values() for k in r if k != "all"]
+  """One row per evaluation (`jaxspatial.eval.summarize` documents), one column per family."""
+  found = [k for r in results.values() for k in r["categories"]]
   names = [k for k in FAMILIES if k in found] + sorted(
       set(found) - set(FAMILIES)) + ["all"]
   lines = [f"{'policy':14} | " + " | ".join(f"{n:>19}" for n in names)]
   for label, r in results.items():
-    cells = [f"{r[n]['accuracy']:.3f}±{r[n]['se']:.3f} ({r[n]['n']})" if n in r else "-"
+    entries = {**r["categories"], "all": r["overall"]}
+    cells = [f"{e['accuracy']:.3f}±{e['se']:.3f} ({e['n']})" if (e := entries.get(n)) else "-"
              for n in names]
     lines.append(f"{label:14} | " + " | ".join(f"{x:>19}" for x in cells))
   return "\n".join(lines)
@@ -548,9 +549,11 @@ class AgentRecipe(Experiment):
     from jax.experimental import multihost_utils  # pylint: disable=import-outside-toplevel
     counts = np.asarray(multihost_utils.process_allgather(counts)).reshape(
         -1, len(names), 2).sum(0)
-    rows = {name: counts[i] for i, name in enumerate(names) if counts[i, 1] > 0}
-    rows["all"] = counts.sum(0)
-    return counts_accuracy(rows)
+    # Right-or-wrong answers: the counts are the scores (jaxspatial.eval.summarize's input).
+    right, total = counts.astype(np.int64).T
+    scores = np.concatenate([np.repeat([1.0, 0.0], [r, t - r]) for r, t in zip(right, total)])
+    return summarize(scores, np.repeat(names, total),
+                     columns=[n for n, t in zip(names, total) if t > 0])
 
   def evaluate(self, module, when, split=None):
     c = self.c

@@ -1,5 +1,5 @@
-"""Pieces the recipes share: the small Qwen2.5-VL-shaped policy of the CPU configs, the
-mesh-wide accuracy table, the dtype policy's model keywords."""
+"""Pieces the recipes share: the small Qwen2.5-VL-shaped policy of the CPU configs and the
+rows of a global batch each process evaluates."""
 
 from __future__ import annotations
 
@@ -22,27 +22,6 @@ def small_model_config(m, tokenizer) -> Qwen25VLConfig:
                         intermediate_size=2 * m.vision_hidden, num_heads=2,
                         out_hidden_size=m.hidden, fullatt_block_indexes=(m.vision_depth - 1,))
   return tiny.model_config(tokenizer, Qwen25VLConfig(text=text, vision=vision))
-
-
-def accuracy(correct, groups: dict) -> dict:
-  """{group: {"accuracy", "se", "n"}} of boolean outcomes over each group's mask."""
-  correct = np.asarray(correct, float)
-  out = {}
-  for name, where in groups.items():
-    n = int(np.sum(where))
-    p = float(correct[where].mean()) if n else 0.0
-    out[name] = {"accuracy": p, "se": float(np.sqrt(p * (1 - p) / max(n, 1))), "n": n}
-  return out
-
-
-def counts_accuracy(right_total: dict) -> dict:
-  """{group: {"accuracy", "se", "n"}} from {group: (correct, total)} counts."""
-  out = {}
-  for name, (right, total) in right_total.items():
-    p = right / max(total, 1)
-    out[name] = {"accuracy": float(p), "se": float(np.sqrt(p * (1 - p) / max(total, 1))),
-                 "n": int(total)}
-  return out
 
 
 def my_rows(count: int) -> np.ndarray:

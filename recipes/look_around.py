@@ -27,7 +27,8 @@ from jaxspatial.rollout import AgentRollout, agents, prompts, tiny
 from jaxspatial.rollout.viewer import trajectory_html
 from jaxspatial.train import (AdvantageConfig, Experiment, ExportedPolicy, OptimizerConfig,
                               Phase, RolloutBatch, StepConfig, TrainBatch)
-from recipes.common import accuracy, gather_rows, my_rows, small_model_config
+from jaxspatial.eval import summarize
+from recipes.common import gather_rows, my_rows, small_model_config
 
 SYSTEM = ("Answer with one colour word. To look around, call render_view_tool with "
           "turn_left or turn_right.")
@@ -197,8 +198,8 @@ class LookAround(Experiment):
   # -- evaluation --------------------------------------------------------------------------
 
   def accuracy(self, first_view_only: bool = False) -> dict:
-    """Greedy test accuracy per side, on exploration questions (left + right) and overall,
-    with standard errors. `first_view_only` forces an answer in the first turn."""
+    """Greedy test accuracy per side, on exploration questions (left + right, pooled) and
+    overall, with standard errors (`jaxspatial.eval.summarize`). `first_view_only` forces an answer in the first turn."""
     batch, test = self.c.eval.batch, self.test
     positions, correct = [], []
     for start in range(0, len(test.questions), batch):
@@ -214,11 +215,9 @@ class LookAround(Experiment):
       positions += list(np.where(rows < real, index[rows], -1))
       correct += list(local_rows(traj.reward_components["judge"]) > 0)
     correct = gather_rows(positions, correct) > 0
-    sides = np.asarray([q.side for q in test.questions])
-    groups = {s: sides == s for s in look_around.SIDES}
-    groups["explore"] = sides != "front"
-    groups["all"] = np.ones(len(sides), bool)
-    return accuracy(correct, groups)
+    sides = [q.side for q in test.questions]
+    return summarize(correct.astype(np.float64), sides, columns=look_around.SIDES,
+                     pooled={"explore": [s for s in look_around.SIDES if s != "front"]})
 
   def evaluate(self, module, when, split=None):
     if split not in (None, "test"):
@@ -250,7 +249,7 @@ def table(results: dict) -> str:
     r = results.get(key)
     if r is None:
       continue
-    cells = [f"{r[k]['accuracy']:.3f}±{r[k]['se']:.3f}" for k in
-             ("front", "left", "right", "explore", "all")]
+    cells = [f"{e['accuracy']:.3f}±{e['se']:.3f}" for e in
+             [r["categories"][k] for k in ("front", "left", "right", "explore")] + [r["overall"]]]
     lines.append(f"{names[key]:30} | " + " | ".join(f"{x:>13}" for x in cells))
   return "\n".join(lines) if len(lines) > 1 else ""

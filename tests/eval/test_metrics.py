@@ -125,6 +125,27 @@ def test_summarize_over_seeds_and_groups():
     summarize(scores, ["a", "b", "c"])
 
 
+def test_summarize_standard_errors_and_pooled_columns():
+  """One seed of right-or-wrong answers: se is the binomial sqrt(p (1 - p) / n); a pooled
+  column is the accuracy over all its questions (not the mean of its parts)."""
+  correct = np.array([1, 0, 1, 1, 0, 0, 1, 1, 1, 0], float)
+  sides = ["left"] * 3 + ["right"] * 5 + ["front"] * 2
+  out = summarize(correct, sides, columns=["front", "left", "right"],
+                  pooled={"explore": ("left", "right")})
+  def binomial(x):
+    p = np.mean(x)
+    return p, np.sqrt(p * (1 - p) / len(x))
+  for name, where in (("left", slice(0, 3)), ("right", slice(3, 8)), ("front", slice(8, 10)),
+                      ("explore", slice(0, 8))):
+    p, se = binomial(correct[where])
+    assert out["categories"][name]["accuracy"] == pytest.approx(p)
+    assert out["categories"][name]["se"] == pytest.approx(se)
+  assert out["overall"]["se"] == pytest.approx(binomial(correct)[1])
+  macro = summarize(correct, sides, overall="macro")
+  parts = [binomial(correct[s])[1] for s in (slice(0, 3), slice(3, 8), slice(8, 10))]
+  assert macro["overall"]["se"] == pytest.approx(np.sqrt(np.sum(np.square(parts))) / 3)
+
+
 def _setting(values, n=(10, 20)):
   cats = {}
   for name, count, per_seed in zip(("x", "y"), n, values[:2]):

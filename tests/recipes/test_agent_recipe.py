@@ -51,7 +51,7 @@ def test_think3d_recipe_from_a_pretrained_folder_trains_evaluates_and_resumes(tm
   config.rl.update(steps=2, prompts=2)
   config.eval.update(batch=16, tasks=16)
   results = recipes.train(config)
-  assert results["sft"]["all"]["n"] == 16 and results["final"]["all"]["n"] == 16
+  assert results["sft"]["overall"]["n"] == 16 and results["final"]["overall"]["n"] == 16
   assert sum(r["n"] for k, r in results["final"].items() if k != "all") == 16
   steps = read_jsonl(tmp_path / "run" / "metrics.jsonl")
   assert [s["step"] for s in steps] == [1, 2, 3, 4]
@@ -85,7 +85,7 @@ def test_think3d_recipe_from_a_pretrained_folder_trains_evaluates_and_resumes(tm
   # launch.eval re-evaluates the last checkpoint on another split, per question family.
   config.eval.tasks = 16
   evaluated = recipes.evaluate(config, split="validation")
-  assert evaluated["step"] == 5 and evaluated["policy"]["all"]["n"] == 16
+  assert evaluated["step"] == 5 and evaluated["policy"]["overall"]["n"] == 16
 
 
 
@@ -117,7 +117,7 @@ def test_act3d_recipe_scores_answers_with_a_served_or_an_on_device_judge(tmp_pat
   assert all(b["max_tokens"] == 64 for b in training) and all(
       b["max_tokens"] == 4 for b in evaluation)
   # Every evaluated episode with a prediction was judged CORRECT; the rest (no request) 0.
-  judged = sum(round(results[when]["all"]["accuracy"] * results[when]["all"]["n"])
+  judged = sum(round(results[when]["overall"]["accuracy"] * results[when]["overall"]["n"])
                for when in ("sft", "final"))
   assert judged == len(evaluation)
   steps = read_jsonl(tmp_path / "run" / "metrics.jsonl")

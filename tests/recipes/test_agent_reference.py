@@ -279,7 +279,7 @@ def test_act3d_reference_runs_sft_and_grpo_steps_on_scanqa(scanqa, tokenizer, tm
   # Greedy accuracy on the val split after each phase, by ScanQA's category ("open").
   results = json.loads((workdir / "results.json").read_text())
   for when in ("sft", "final"):
-    assert results[when]["all"]["n"] == 1 and results[when]["open"]["n"] == 1
+    assert results[when]["overall"]["n"] == 1 and results[when]["categories"]["open"]["n"] == 1
 
 
 @pytest.mark.recipe_checks  # two rollout programs: about 2.5 minutes on 2 cores
@@ -297,8 +297,9 @@ def test_peria_reference_runs_sft_and_or_gigpo_steps_on_chartqa(chartqa, tokeniz
   # Greedy accuracy on the test split after each phase, by ChartQA's part.
   results = json.loads((workdir / "results.json").read_text())
   for when in ("sft", "final"):
-    assert results[when]["all"]["n"] == 2
-    assert results[when]["human"]["n"] == results[when]["augmented"]["n"] == 1
+    assert results[when]["overall"]["n"] == 2
+    parts = results[when]["categories"]
+    assert parts["human"]["n"] == parts["augmented"]["n"] == 1
 
 
 # -- the data paths without a policy ------------------------------------------------------------
