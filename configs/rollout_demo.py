@@ -7,7 +7,7 @@ r"""Compiled Act3D rollouts of the tiny random policy: viewer and profiler.
 Cost: about 30 s on a 2-core CPU (20 s of it compiling); no accelerator. A random policy
 rarely writes a valid call, so `scripted=True` forces the first turns' tool calls (the
 policy still runs on every token) and leaves the last turn to the policy; set
-`checkpoint` to a Qwen2.5-VL folder (config.json, safetensors, tokenizer) to roll out a
+`model.checkpoint` to a Qwen2.5-VL folder (config.json, safetensors, tokenizer) to roll out a
 real model.
 """
 
@@ -16,21 +16,15 @@ import ml_collections
 
 def get_config() -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
-  c.checkpoint = ""          # empty: the tiny random policy and its local tokenizer
-  # the dtype policy (jaxspatial.models.precision); bf16 params are fine: rollouts only
-  c.model = dict(dtype="float32", param_dtype="float32", cache_dtype="float32",
-                 attention="auto", remat=False)
-  c.agent = "act3d"
+  # model and agent as in the papers' configs (configs/agent_recipe.py): checkpoint "" = the
+  # tiny random policy and its local tokenizer; the dtype policy (jaxspatial.models.precision)
+  c.model = dict(checkpoint="", family="qwen2_5_vl", dtype="float32", param_dtype="float32",
+                 cache_dtype="float32", attention="auto", remat=False)
+  c.agent = dict(name="act3d", width=112, height=84)
+  c.rollout = dict(max_turns=4, max_turn_tokens=48, temperature=1.0, constrained=False)
+  c.data = dict(scenes=2, points=20_000)
   c.seed = 0
   c.batch = 4
-  c.scenes = 2
-  c.points = 20_000
-  c.width = 112
-  c.height = 84
-  c.max_turns = 4
-  c.max_turn_tokens = 48
-  c.temperature = 1.0
-  c.constrained = False
   c.scripted = True
   c.out = "outputs/rollouts.html"
   c.trace_dir = ""           # profile_rollout: write a jax.profiler trace here

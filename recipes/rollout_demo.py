@@ -38,31 +38,33 @@ class RolloutSetup:
 
 
 def build(c) -> RolloutSetup:
-  if c.agent != "act3d":
-    raise ValueError(f"rollout_setup: agent {c.agent!r} has no synthetic task source yet; "
+  if c.agent.name != "act3d":
+    raise ValueError(f"rollout_setup: agent {c.agent.name!r} has no synthetic task source yet; "
                      "expected 'act3d'")
   chat = models.ChatFormat()
-  if c.checkpoint:
-    processor, model = models.load_policy(c.checkpoint, **model_options(c.model))
+  if c.model.checkpoint:
+    processor, model = models.load_policy(c.model.checkpoint, **model_options(c.model))
     tok = getattr(processor, "tokenizer", processor)
-    chat = models.ChatFormat.from_folder(c.checkpoint, tok)
+    chat = models.ChatFormat.from_folder(c.model.checkpoint, tok)
   else:
     tok = tiny.tokenizer()
-    model = tiny.model(tok, c.model.get("family", "qwen2_5_vl"), c.seed,
+    model = tiny.model(tok, c.model.family, c.seed,
                        **model_options(c.model))
-  agent = agents.Act3DAgent(act3d.Act3DParams(width=c.width, height=c.height,
+  agent = agents.Act3DAgent(act3d.Act3DParams(width=c.agent.width, height=c.agent.height,
                                               grounding_min_pixels=5,
-                                              max_interactions=c.max_turns - 1))
+                                              max_interactions=c.rollout.max_turns - 1))
   run = AgentRollout.create(agent, tok, model, chat=chat,
                             cache_dtype=Precision.from_config(c.model).cache_dtype,
-                            max_turns=c.max_turns, max_turn_tokens=c.max_turn_tokens,
-                            temperature=c.temperature, constrained=c.constrained)
-  tasks, questions = episodes.act3d_tasks(c.batch, seed=c.seed, points=c.points,
-                                          scenes=c.scenes)
+                            max_turns=c.rollout.max_turns,
+                            max_turn_tokens=c.rollout.max_turn_tokens,
+                            temperature=c.rollout.temperature,
+                            constrained=c.rollout.constrained)
+  tasks, questions = episodes.act3d_tasks(c.batch, seed=c.seed, points=c.data.points,
+                                          scenes=c.data.scenes)
   ids, mask = episodes.act3d_prompts(tok, questions, run.image_tokens, chat.prefill)
   forced = None
   if c.scripted:  # scripted moves; the policy answers
-    turns = [t[:-1] + [None] for t in tiny.scripted_act3d_turns(c.batch, c.max_turns)]
+    turns = [t[:-1] + [None] for t in tiny.scripted_act3d_turns(c.batch, c.rollout.max_turns)]
     forced = jnp.asarray(run.forced(turns))
   return RolloutSetup(tok, model, run.agent, run.automaton, run.template, run.config, tasks,
                       jnp.asarray(ids), jnp.asarray(mask), forced)
@@ -81,7 +83,7 @@ def show(c) -> epath.Path:
   for name, value in trajectory.metrics().items():
     print(f"  {name}: {float(value):.3f}")
   page = viewer.trajectory_html(jax.device_get(trajectory), s.tokenizer, s.automaton.grammar,
-                                title=f"{c.agent} rollouts, seed {c.seed}")
+                                title=f"{c.agent.name} rollouts, seed {c.seed}")
   out = epath.Path(c.out)
   out.parent.mkdir(parents=True, exist_ok=True)
   out.write_text(page)
@@ -99,7 +101,8 @@ def profile(c) -> dict:
     return episode.rollout(model, s.agent, automaton, s.template, tasks, ids, mask, key,
                            s.config, None, forced)
 
-  print(f"rollout: batch {c.batch}, {c.max_turns} turns x {c.max_turn_tokens} tokens")
+  print(f"rollout: batch {c.batch}, {c.rollout.max_turns} turns x {c.rollout.max_turn_tokens} "
+        "tokens")
   report, trajectory = profile_compiled(
       program, (state, s.automaton, s.tasks, s.prompt_ids, s.prompt_mask,
                 jax.random.PRNGKey(c.seed), s.forced), repeats=c.repeats,

@@ -11,8 +11,8 @@ from recipes import rollout_demo
 
 def _small():
   config = rollout_config.get_config()
-  config.batch, config.max_turns, config.max_turn_tokens = 2, 3, 40
-  config.points, config.width, config.height = 8_000, 56, 56
+  config.batch, config.rollout.max_turns, config.rollout.max_turn_tokens = 2, 3, 40
+  config.data.points, config.agent.width, config.agent.height = 8_000, 56, 56
   return config
 
 
