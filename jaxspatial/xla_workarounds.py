@@ -11,6 +11,17 @@ the same way). `benchmarks/device_suite.py` measures whether it bites, and with 
 
 The launch entry points call `apply()` before importing anything that starts the backend;
 `JAXSPATIAL_SKIP_XLA_WORKAROUNDS=1` turns it off.
+
+**Platform notes (accelerators).** jaxlib 0.10.2 to 0.11.0 (we pin 0.10.2) lower a float32
+scatter-add to a compare-and-swap loop on NVIDIA GPUs (jax #38806, openxla/xla #46225), hundreds
+of times slower under index contention; every training step's embedding gradient is such a
+scatter. `jaxspatial/xla_workarounds.py` adds the LLVM option `-nvptx-allow-ftz-atomics` to
+XLA_FLAGS on those installs (native `atom.add.f32`; f32 denormals flush inside the atomic sum,
+as 0.10.1 did) in launch.train and launch.eval; `JAXSPATIAL_SKIP_XLA_WORKAROUNDS=1` turns it
+off; jax >= 0.11.1 is reported fixed. The renderer's z-buffer is an int32 scatter-min,
+unaffected. `segment_sum`'s strided-layout regression (jax #39959) does not touch our code paths
+(no segment_sum in a hot path); the device suite measures both. Not yet measured on a GPU: the
+first session lent one runs `make device-bench` and records the table here.
 """
 
 from __future__ import annotations

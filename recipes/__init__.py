@@ -6,6 +6,44 @@ A config's `recipe` key names its experiment here:
   thinker3d     3DThinker's stages 1 and 2 (configs/thinker3d_stage1.py, _stage2.py)
 Adding a recipe is one module with an `Experiment` subclass and one line in RECIPES.
 `launch.export` writes a run's policy as a Hugging Face folder (recipes/export.py).
+
+Modules:
+- the experiments the trainer runs, by the config's `recipe` key (RECIPES):
+- look_around.py (the main job, configs/demo.py), agents.py (Think3D-RL, Act3D, PERIA: a Hugging
+  Face policy, TFDS tasks (synthetic or a prepared benchmark:
+  `data.builder="spatial_benchmark"`), teacher SFT (records by question_id on a benchmark), GRPO
+  / OR-GIGPO, accuracy per question family or benchmark category; `check_inputs`: a missing
+  checkpoint, dataset, split or trajectory file named at once with the flag or the build
+  command; the stored views ride along for Think3D and for PERIA on a benchmark, their size
+  checked against agent.width / height; Think3D refuses data without clouds), thinker3d.py
+  (3DThinker stages 1 and 2: `reference` on a Hugging Face Qwen2.5-VL folder and the published
+  data, `cpu` on the synthetic task; examples grouped by frame count, one shape each),
+- common.py (the CPU configs' small policy, each process's evaluation rows),
+- benchmark_eval.py (`evaluate_predictions`: a benchmark's questions and
+  predictions[setting][seed][question_id] (text or score) -> the protocol's scores, `summarize`
+  per setting, results.json / results.md),
+- benchmark_run.py (`run_benchmark`, launch.eval --benchmark: the questions read with their
+  views left encoded, in the question file's order (`choose_questions`: all, the first --limit
+  N, or --ids), only their records decoded (`task_stream`); settings "no_tools" (the question's
+  views + text, a system prompt asking for the letter, a 1-5 word phrase or a number) and
+  "tools" (the agent's episodes), once per seed; each item recorded the moment its backend
+  reports it (`on_done`): judged where the protocol judges (an LLMJudge on the question's
+  strings, `judge_case`; a judge failure fails the item), scored, appended to predictions.jsonl
+  (eval.prediction_log); a rerun skips recorded items (`resume_key` in run.json); a failed item
+  scores 0 with its error, counted per setting and category; a progress bar per setting; at the
+  end predictions.jsonl rewritten in order, results.json / results.md from it
+  (`results_from_rows`; partial ones on KeyboardInterrupt / SystemExit), episodes.html (views
+  saved as PNG files when recorded), run.json with the judge's verdict counts),
+  benchmark_backends.py (EndpointBackend: ChatEndpoint, views as PNG data URLs, `complete_each`
+  for answers (each reported as it ends, the answer after a <think> block), api_rollout for the
+  real rows' episodes, seeded; PolicyBackend: a policy folder, serving's PromptBuilder + one
+  Scheduler for answers (row r seeded with the run's seed and r: an answer does not depend on
+  its neighbours) and SpatialClaw's PolicyChat, AgentRollout for episodes; `benchmark_agent`: a
+  paper config's agent with its reconstruction and perception tools, `evaluation_turns`),
+- export.py (`export_checkpoint` -> Exported(folder, step, checkpoint, family): look_around, the
+  agent recipes and 3DThinker's stages (stage 2's LoRA merged) through `Trainer.restore` and
+  `write_policy_folder`), rollout_demo.py (the rollout tools: build, show, profile),
+  render_demo.py (the render demo's contact sheet); `train(config)`, `evaluate(config, ...)`
 """
 
 from __future__ import annotations

@@ -26,6 +26,49 @@ The variants differ in where the policy and the data come from, nothing else:
 Examples are grouped by their number of views (`Split`: one compiled shape each); an epoch
 shuffles each group, cuts it into batches (a group smaller than a batch repeats) and
 shuffles the batches, so step k's batch is a function of the seed and k alone.
+
+`recipes/thinker3d.py` (`recipe = "thinker3d"`; stage 2's module is the language model with
+its adapters, built from stage 1's checkpoint `init_from`):
+- Stage 1, `StepConfig(objective="thinker3d_stage1", options=Stage1Config(...))` on `Thinker3DPolicy` (model +
+  projector): per sample `0.1 CE + 0.0005 alignment`, CE over target tokens except latent
+  pads, latents = final hidden states at the start token and the next T - 1 positions (the
+  positions before each pad; pads embedded as pads), image embeddings = the input
+  embeddings at the image tokens, split per image; batch loss = mean over samples (the
+  reference's batch 1 per device). Vision tower frozen through the optimizer's filter.
+- Stage 2: LoRA on the language model (adapters only train; the projector stays frozen),
+  the reference is the LoRA-disabled base, and `rollout/thinker3d.py` compiles sampling
+  and all three rewards into one program. The latent reward scores the latents the
+  sampler generated (inference mode: hidden states fed back), not the reference code's
+  teacher-forced re-read one position later. With no latent block (a start token, then an
+  end token after it) it scores the public fallback: the final hidden states at the 12
+  positions from the one after `<|im_start|>assistant` (`latent_fallback="after_header"`:
+  the prompt's closing newline, then the first 11 generated; `"generated"`; `"none"`: 0),
+  0 when the completion is shorter than the window. The format reward walks the 3DThinker
+  grammar automaton (12 pads exactly, a non-empty tag-free answer; the code's regex checks
+  neither). `correct` uses the public letter rule. LoRA covers every linear of the
+  language model and the tied LM head (`LoRATiedHead`: logits = h E^T + (alpha / r) h A B);
+  sampling at temperature 1.0; linear decay to 0.
+- Training-mode and inference-mode latents agree at latent 0 only (same prefix); after
+  it they differ by about the latents' own norm on a trained tiny policy
+  (tests/train/test_thinker3d.py prints the per-index distances).
+- Synthetic targets: `GeometryStandInExtractor` (not VGGT), written to and read from the
+  published cache layout under a folder keyed by every setting the features depend on.
+- The reference variant (`data_pipelines/thinker3d_data.py`): the checkpoint's tokenizer
+  gains the three latent tokens (the embedding grows only when they fall past its rows;
+  Qwen2.5-VL-3B's already hold them), rows are read and every frame and feature file is
+  checked before the model loads, one feature file is read to check its shape against
+  the projector, frames and features load per batch. The prompt: Qwen's template with its
+  default system turn, the frames, `text_input` + the public instruction; stage 2 samples
+  the same prompts (the public conversion keeps text_input, answer, frames and idx).
+  Held out: MindCube-Tiny questions, no targets or features: format, accuracy (and per
+  setting), reward = format + correct. `steps=-1` runs `data_epochs` epochs.
+  tests/recipes/test_thinker3d_reference.py runs both stages one step each through
+  `launch.train` on rows of the public example JSONL with a tiny random Qwen2.5-VL folder
+  (about 2.5 minutes on 2 cores: `make train-checks`, as the agent recipes' reference steps).
+- Everything runs under one mesh built from `config.mesh`: parameters (LoRA adapters
+  included) are created with their shardings, so each program compiles once; an array
+  committed differently from what a jitted step returns (e.g. an unsharded adapter) makes
+  the step compile again after the first update (`JAX_LOG_COMPILES=1` shows it).
 """
 
 from __future__ import annotations
