@@ -5,7 +5,7 @@ same kernel unsandboxed.
     python -m benchmarks.claw_bench --starts 3 --cells 100   # quicker
 
 Cost on a 2-core CPU: about half a minute. Both sides run the same kernel program
-(jaxspatial/agents/kernel_main.py) over the same episode (`--frames` frames of 480x640);
+(jaxspatial/agents/kernel_program) over the same episode (`--frames` frames of 480x640);
 the baseline is `Kernel(..., sandbox=False)`: no bubblewrap, uid switch, rlimits or seccomp
 (its static check and audit hooks stay). Rows:
   start            Kernel(...) until the kernel answers: the episode folder written,

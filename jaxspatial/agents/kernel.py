@@ -7,7 +7,7 @@ persistent across its cells.
 
 The model's code is hostile input. The boundary is the operating system (sandbox.py:
 bubblewrap namespaces, read-only binds, a fresh unprivileged uid, rlimits); inside,
-kernel_main.py adds a seccomp filter, audit hooks and a static check as depth. The
+kernel_program adds a seccomp filter, audit hooks and a static check as depth. The
 controller trusts nothing the kernel sends: messages are length-prefixed JSON (strict:
 no NaN, no duplicate keys) and raw arrays of bool / numeric dtypes only, every size is
 checked before it is read, the answer arrives only as an `answer` message (never parsed
@@ -57,7 +57,6 @@ import json
 import keyword
 import os
 import select
-import shutil
 import signal
 import subprocess
 import tempfile
@@ -69,7 +68,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from jaxspatial import strict_json
-from jaxspatial.agents import kernel_main as wire
+from jaxspatial.agents import kernel_program as wire
 from jaxspatial.agents import sandbox as sandbox_lib
 from jaxspatial.errors import KernelStartError
 
@@ -228,7 +227,7 @@ class Kernel:
     metadata: JSON-able frame / sample metadata, visible as `Metadata`.
     tools: host functions by name, visible as `tools.<name>(...)`, a dotted name as nested
       attributes (`SAM3.video`: tools.SAM3.video) and one under a top-level namespace
-      (kernel_main.TOP_LEVEL: `vlm.locate`) as `vlm.locate(...)`: arguments and results
+      (kernel_program.TOP_LEVEL: `vlm.locate`) as `vlm.locate(...)`: arguments and results
       are JSON values and bool / numeric numpy arrays (nested in lists / dicts).
     limits: see Limits and the module docstring.
     sandbox: False runs the kernel as a plain child process without bubblewrap, a uid,
@@ -278,7 +277,7 @@ class Kernel:
       np.save(os.path.join(folder, "frames", f"{index:05d}.npy"), frame, allow_pickle=False)
     with open(os.path.join(folder, "episode.json"), "w", encoding="utf-8") as f:
       f.write(episode)
-    shutil.copyfile(sandbox_lib.KERNEL_MAIN, os.path.join(folder, "kernel_main.py"))
+    sandbox_lib.copy_kernel_program(folder)
     self._identity = sandbox_lib.Identity.fresh() if sandbox else None
     sandbox_lib.prepare_folder(folder, self._identity)
     self._images_shown = 0
@@ -343,7 +342,7 @@ class Kernel:
         "rollback": self.limits.rollback}}
     try:
       launched = sandbox_lib.launch(
-          self._state.folder, "kernel_main.py", config, self.limits, sandbox=self._sandbox,
+          self._state.folder, sandbox_lib.KERNEL_SCRIPT, config, self.limits, sandbox=self._sandbox,
           identity=self._identity, pass_fds=(to_kernel_r, from_kernel_w), stdout=diag_w,
           stderr=diag_w)
     finally:

@@ -4,24 +4,24 @@ One process per episode, started as
 
     bwrap <namespaces> --die-with-parent --new-session --clearenv <read-only binds>
           --ro-bind <episode folder> /episode --proc /proc --dev /dev --tmpfs /tmp
-          --remount-ro / --chdir /tmp  <python> -I -S -B /episode/kernel_main.py <config>
+          --remount-ro / --chdir /tmp  <python> -I -S -B /episode/kernel_program <config>
 
 - namespaces: every one bwrap has (network: no interfaces at all, not even loopback; PID:
   the kernel sees only its own processes; IPC, UTS, cgroup). As an ordinary user: a user
   namespace as well (`--unshare-all --unshare-user --uid 65534 --gid 65534
   --disable-userns`). As root, a user namespace would map the kernel to host root, whom the
   kernel exempts from RLIMIT_NPROC, so instead bwrap runs privileged with only CAP_SETUID /
-  CAP_SETGID kept and kernel_main switches to a fresh unprivileged uid (random in
+  CAP_SETGID kept and the kernel program switches to a fresh unprivileged uid (random in
   [2^24, 2^31)) before anything else: no capabilities, no-new-privs, processes counted per
   kernel.
 - files: read-only binds of the interpreter's installation (its own site-packages hidden
   under an empty tmpfs), /usr/lib (libc and friends), /etc/ld.so.cache, and numpy / scipy /
-  PIL (with their bundled .libs) under /opt/kernel-site; the episode folder (kernel_main.py,
+  PIL (with their bundled .libs) under /opt/kernel-site; the episode folder (kernel_program/,
   frames as .npy, episode.json) read-only, owned by the kernel's uid with modes 0500 / 0400;
   a private tmpfs /tmp (size-limited); / remounted read-only. Not the repository, /work,
   $HOME, the data or any other episode.
 - environment: empty but for HOME / TMPDIR (/tmp), LANG and the BLAS thread counts.
-- resources (set by kernel_main as soon as it starts): RLIMIT_AS, RLIMIT_NPROC (threads
+- resources (set by the kernel program as soon as it starts): RLIMIT_AS, RLIMIT_NPROC (threads
   count), RLIMIT_CPU, RLIMIT_FSIZE, RLIMIT_NOFILE, RLIMIT_CORE 0.
 
 `run_python` runs a script under exactly this boundary without the kernel's in-process
@@ -52,7 +52,15 @@ SITE = "/opt/kernel-site"
 TMP = "/tmp"
 PACKAGES = ("numpy", "scipy", "PIL")
 NOBODY = 65534
-KERNEL_MAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernel_main.py")
+KERNEL_PROGRAM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernel_program")
+KERNEL_SCRIPT = "kernel_program"  # what `launch` runs: the copied package, as a folder
+
+
+def copy_kernel_program(folder: str) -> None:
+  """Copies the kernel program (the `kernel_program` package, its sources only) into
+  `folder`, the episode folder it runs from."""
+  shutil.copytree(KERNEL_PROGRAM, os.path.join(folder, KERNEL_SCRIPT),
+                  ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
 
 
 def find_bwrap() -> str | None:
@@ -98,7 +106,7 @@ def package_binds() -> list[tuple[str, str]]:
 
 @dataclasses.dataclass(frozen=True)
 class Identity:
-  """Who the kernel runs as: `uid` is the uid kernel_main switches to (root controllers),
+  """Who the kernel runs as: `uid` is the uid the kernel program switches to (root controllers),
   None when bwrap itself runs unprivileged inside a user namespace."""
   uid: int | None
 
@@ -281,12 +289,12 @@ def kill(process: subprocess.Popen) -> int | None:
 _RUNNER = """\
 import json, sys
 sys.path.insert(0, {episode!r})
-import kernel_main
+from kernel_program import defences
 config = json.loads(sys.argv[1])
-kernel_main.drop_privileges_and_limit(config)
-kernel_main.limit_cpu(config)
+defences.drop_privileges_and_limit(config)
+defences.limit_cpu(config)
 if config.get("seccomp_on"):
-  kernel_main.install_seccomp()
+  defences.install_seccomp()
 if config.get("site"):
   sys.path.append(config["site"])
 with open({episode!r} + "/attack.py", encoding="utf-8") as f:
@@ -298,14 +306,14 @@ exec(compile(source, "attack.py", "exec"), {{"__name__": "__main__"}})
 def run_python(code: str, limits, *, seccomp: bool = False, timeout_s: float = 30.0,
                files: dict[str, bytes] | None = None) -> subprocess.CompletedProcess:
   """Runs `code` with the kernel's interpreter under the kernel's boundary alone: the same
-  bwrap arguments, uid and rlimits, none of kernel_main's in-process defences (the static
+  bwrap arguments, uid and rlimits, none of the kernel program's in-process defences (the static
   check, the audit hook, the import guard; the seccomp filter only with `seccomp`). `files`
   land in the read-only episode folder. stdout / stderr come back as text; past `timeout_s`
   the sandbox is killed and the return code is None."""
   require_bwrap()
   folder = tempfile.mkdtemp(prefix="jaxspatial-sandbox-")
   try:
-    shutil.copyfile(KERNEL_MAIN, os.path.join(folder, "kernel_main.py"))
+    copy_kernel_program(folder)
     with open(os.path.join(folder, "runner.py"), "w", encoding="utf-8") as f:
       f.write(_RUNNER.format(episode=EPISODE))
     with open(os.path.join(folder, "attack.py"), "w", encoding="utf-8") as f:

@@ -29,7 +29,7 @@ import re
 from typing import Any, Sequence
 
 from jaxspatial.errors import StepFormatError
-from jaxspatial.agents.kernel_main import kernel_path
+from jaxspatial.agents.kernel_program import kernel_path
 
 MAX_REPLY_CHARS = 200_000      # a longer reply is cut here before any parsing
 MAX_HEADER_LINE = 120          # only lines this short can be headers

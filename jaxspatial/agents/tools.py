@@ -1,5 +1,5 @@
 """SpatialClaw's host tools: the callables a `Kernel` is given as `tools=`, which the
-model's code reaches by the paper's names (kernel_main.kernel_path): `tools.Reconstruct`,
+model's code reaches by the paper's names (kernel_program.kernel_path): `tools.Reconstruct`,
 `tools.SAM3`, `tools.SAM3.video`, `vlm.locate`, ... Each runs here, on the host, with the
 episode's frames; arguments arrive as JSON values and numpy arrays and are checked before
 any work (a `ToolArgumentError` says what is wrong; the kernel shows it to the model).

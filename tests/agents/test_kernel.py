@@ -8,8 +8,9 @@ import time
 import numpy as np
 import pytest
 
-from jaxspatial.agents import (CellResult, Kernel, Limits, SandboxUnavailable, kernel_main,
-                               sandbox, static_check)
+from jaxspatial.agents import (CellResult, Kernel, Limits, SandboxUnavailable, sandbox,
+                               static_check)
+from jaxspatial.agents.kernel_program import summaries
 
 FAST = Limits(cell_timeout_s=3.0, summary_timeout_s=1.0, memory_bytes=1 << 30, processes=32,
               stdout_bytes=4096, max_images=4, image_pixels=128 * 128)
@@ -295,8 +296,8 @@ def test_variable_summaries(kernel):
   result = run(kernel, "names.append('c')\nlabel = label")  # changed in place / unchanged
   assert result.variables == ["names: list len=3 = ['a', 'b', 'c']"]
   big = np.zeros(600_000_000, np.uint8)  # calloc: not touched
-  assert "[WARNING: 0.60 GB]" in kernel_main._summary(big, np)  # pylint: disable=protected-access
-  assert "[WARNING: arrays of 1.20 GB]" in kernel_main._summary([big, big], np)  # pylint: disable=protected-access
+  assert "[WARNING: 0.60 GB]" in summaries.summary(big, np)
+  assert "[WARNING: arrays of 1.20 GB]" in summaries.summary([big, big], np)
 
 
 def test_summaries_have_their_own_time_limit():

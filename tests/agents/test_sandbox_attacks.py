@@ -148,7 +148,7 @@ def test_reading_the_answers_and_another_episode(host, checked, bypass):  # pyli
   lines = result.stdout.splitlines()
   assert lines[:len(paths)] == ["False"] * len(paths)
   assert "work" not in lines[len(paths)] and "home" not in lines[len(paths)]
-  assert lines[len(paths) + 1] == ("['episode.json', 'frames', 'kernel_main.py'] "
+  assert lines[len(paths) + 1] == ("['episode.json', 'frames', 'kernel_program'] "
                                    "['00000.npy', '00001.npy']")
   assert lines[len(paths) + 2] == "0 mine"
   assert lines[len(paths) + 3] == "[None, None, None]"  # not the repository's packages
@@ -171,7 +171,8 @@ def test_environment_variables(host, checked, bypass):  # pylint: disable=redefi
 
 def test_writes_outside_the_private_tmp(host, checked, bypass):  # pylint: disable=redefined-outer-name,unused-argument
   assert "Static check" in run(checked, "open('/etc/passwd', 'a').write('x')").error
-  code = ("import os\nfor p in " + repr(TARGETS + ["/etc/passwd", "/episode/kernel_main.py",
+  code = ("import os\nfor p in " + repr(TARGETS + ["/etc/passwd",
+                                                    "/episode/kernel_program/runtime.py",
                                                     "/usr/lib/pwned"]) + ":\n"
           "  try:\n    with open(p, 'a') as f:\n      f.write('pwned')\n    print('WROTE', p)\n"
           "  except OSError as e:\n    print(type(e).__name__)\n"
@@ -285,8 +286,9 @@ def test_many_huge_images(bypass):  # pylint: disable=redefined-outer-name
 
 BYPASSES = {
     "__import__ from strings": "m = __import__('o' + 's')\nm.system('id')",
-    "getattr chain": ("b = getattr(getattr(show, '__glo' + 'bals__')['__builtins__'], "
-                      "'__im' + 'port__')\nb('subpro' + 'cess').run(['id'])"),
+    # The kernel program's module globals hold the builtins as a dict (an imported module's).
+    "getattr chain": ("b = getattr(show, '__glo' + 'bals__')['__builtins__']['__im' + 'port__']"
+                      "\nb('subpro' + 'cess').run(['id'])"),
     "__subclasses__": ("p = [c for c in ().__class__.__mro__[1].__subclasses__() "
                        "if c.__name__ == 'Popen'][0]\np(['id'])"),
     "fullwidth identifiers": "ｏｓ = __ｉｍｐｏｒｔ__('os')\nｏｓ.system('id')",
@@ -338,7 +340,7 @@ def test_monkeypatching_does_not_persist():
            "type(tools).echo = staticmethod(lambda *a, **k: 'forged')\n"
            "np.mean = lambda *a, **k: 42\n"
            "__builtins__['len'] = lambda x: 0\n"
-           "getattr(show, '__globals__')['__builtins__'].abs = lambda x: -1\n")
+           "getattr(show, '__globals__')['__builtins__']['abs'] = lambda x: -1\n")
   with Kernel(frames(), {}, {"echo": echo}, FAST, static_check=False) as k:
     run(k, patch, status="ok")
     result = run(k, "print(tools.echo(1)['args'], len([1, 2]))\nshow(InputImages[0], 'ok')\n"
@@ -355,10 +357,11 @@ def test_a_compromised_kernel_cannot_fool_the_controller():
   """Code that reaches the kernel's own channel (via show's closure) and writes forged or
   malformed messages: the controller treats it as a crash and never unpickles anything."""
   grab = ("g = getattr(show, '__globals__')\n"
+          "w = getattr(g['write_buffers'], '__globals__')\n"  # the wire module's
           "k = [c.cell_contents for c in getattr(show, '__closure__') "
           "if type(c.cell_contents).__name__ == 'Kernel'][0]\n"
           "def raw(body, count=0, size=None):\n"
-          "  g['write_buffers'](k.outbox, [g['HEADER'].pack(g['MAGIC'], "
+          "  g['write_buffers'](k.outbox, [w['HEADER'].pack(w['MAGIC'], "
           "len(body) if size is None else size, count), body])\n")
   with Kernel(frames(), {}, {"echo": echo}, FAST, static_check=False) as k:
     cases = {
@@ -415,7 +418,7 @@ def test_the_user_namespace_path_of_an_ordinary_controller(monkeypatch):
       "      import time; time.sleep(2); os._exit(0)\n    n += 1\nexcept OSError as e:\n"
       "  print(n, e.errno)\ntry:\n  socket.create_connection(('1.1.1.1', 53), timeout=1)\n"
       "except OSError as e:\n  print(e.errno)\n")
-  shutil.copyfile(sandbox.KERNEL_MAIN, folder / "kernel_main.py")
+  sandbox.copy_kernel_program(str(folder))
   for path in [top, folder] + list(folder.iterdir()):
     os.chown(path, sandbox.NOBODY, sandbox.NOBODY)
   limits = Limits(**{**FAST.__dict__, "processes": 12})

@@ -11,7 +11,7 @@ from PIL import Image, ImageDraw, ImageFont
 
 from data_pipelines.synthetic.samples import SampleConfig, make_sample
 from jaxspatial.agents import tools as tool_lib
-from jaxspatial.agents.kernel_main import kernel_path
+from jaxspatial.agents.kernel_program import kernel_path
 from jaxspatial.agents.tools import (CloudGeometry, DepthGeometry, EpisodeTools, InstanceMasks,
                                      ToolLimits)
 from jaxspatial.errors import ToolArgumentError
