@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 
+
 @dataclasses.dataclass(frozen=True)
 class Bytes:
   """One byte from a set."""
