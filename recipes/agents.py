@@ -30,6 +30,7 @@ from jaxspatial.models import Precision, memory, model_options, resolve_attentio
 from jaxspatial.models.sharding import HostRows, global_batch, local_rows
 from jaxspatial.rl.objectives import PolicyLossConfig
 from jaxspatial.rollout import AgentRollout, episode, make_agent, tiny
+from jaxspatial.rollout.contract import on_device
 from jaxspatial.rollout.viewer import trajectory_html
 from jaxspatial.train import (AdvantageConfig, Experiment, ExportedPolicy, OptimizerConfig,
                               Phase, RolloutBatch, StepConfig, TrainBatch, trainable)
@@ -107,7 +108,7 @@ def host_metrics(run, traj) -> dict:
   tools = tuple(getattr(run.agent, "perception", ()))
   if getattr(run.agent, "reconstruction", None) is not None:
     tools += (run.agent.reconstruction,)
-  host_judge = run.judge if not getattr(run.judge, "on_device", False) else None
+  host_judge = run.judge if not on_device(run.judge) else None
   if not tools and host_judge is None:
     return {}
   jax.block_until_ready(traj.reward)

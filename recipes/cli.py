@@ -8,6 +8,7 @@ the config file and the nearest valid keys; `--help` prints the usage and exits 
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import importlib.util
 import os
@@ -128,3 +129,22 @@ def parse_flags(argv: list[str]) -> list[str]:
 def run(main) -> None:
   """`app.run(main)` with `parse_flags`."""
   app.run(main, flags_parser=parse_flags)
+
+
+def define_flags(options_class) -> None:
+  """One absl flag per field of a dataclass whose fields carry `help` (and optionally
+  `choices`, `kind`: the type when the default is None) in their metadata."""
+  define = {bool: flags.DEFINE_bool, int: flags.DEFINE_integer, float: flags.DEFINE_float}
+  for field in dataclasses.fields(options_class):
+    meta = field.metadata
+    if meta.get("choices"):
+      flags.DEFINE_enum(field.name, field.default, meta["choices"], meta["help"])
+    else:
+      kind = meta.get("kind") or type(field.default)
+      define.get(kind, flags.DEFINE_string)(field.name, field.default, meta["help"])
+
+
+def flag_values(options_class):
+  """The dataclass of `define_flags`' flags as parsed."""
+  return options_class(**{field.name: flags.FLAGS[field.name].value
+                          for field in dataclasses.fields(options_class)})
