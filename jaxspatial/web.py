@@ -1,5 +1,5 @@
 """An ASGI app on uvicorn in a background thread: the one web stack of jaxspatial's servers
-(`serving.ChatServer`, `perception.service.ToolServer`). uvicorn bounds the open
+(`serving.ChatServer`, `perception.server.ToolServer`). uvicorn bounds the open
 connections (more get 503), times idle keep-alive connections out and, on stop, lets
 requests in flight finish for a few seconds; the app owns logging (uvicorn's own access
 log and logging configuration are off)."""

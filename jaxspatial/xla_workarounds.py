@@ -7,7 +7,7 @@ Every training step's embedding gradient is such a scatter (a batch's token ids 
 [vocab, hidden] table). The hidden LLVM option `-nvptx-allow-ftz-atomics` restores the
 native `atom.add.f32`, whose only cost is that f32 denormals are flushed inside the atomic
 sum, as jaxlib 0.10.1 did (the root-cause comment of #38806; bartz-org/bartz#176 applies it
-the same way). `benchmarks/device_suite.py` measures whether it bites, and with the flag.
+the same way). `benchmarks/device_suite/` measures whether it bites, and with the flag.
 
 The launch entry points call `apply()` before importing anything that starts the backend;
 `JAXSPATIAL_SKIP_XLA_WORKAROUNDS=1` turns it off.
