@@ -77,7 +77,8 @@ def qwen3_vl_4b(folder: str) -> str:
   from safetensors.numpy import save_file  # pylint: disable=import-outside-toplevel
   from jaxspatial.models.qwen3_vl import Qwen3VLConfig  # pylint: disable=import-outside-toplevel
   from jaxspatial.models.qwen3_vl.config import TextConfig, VisionConfig  # pylint: disable=import-outside-toplevel
-  from jaxspatial.models.qwen3_vl.hf_params import checkpoint_shapes, hf_key  # pylint: disable=import-outside-toplevel
+  from jaxspatial.models.hf import hf_key  # pylint: disable=import-outside-toplevel
+  from jaxspatial.models.qwen3_vl.hf_params import checkpoint_shapes  # pylint: disable=import-outside-toplevel
   config = Qwen3VLConfig(
       text=TextConfig(vocab_size=151936, hidden_size=2560, intermediate_size=9728,
                       num_hidden_layers=36, num_attention_heads=32, num_key_value_heads=8,

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from jaxspatial.models.qwen2_5_vl.text import tied_logits
+from jaxspatial.models.layers import tied_logits
 
 Array = jax.Array
 

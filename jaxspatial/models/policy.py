@@ -33,21 +33,17 @@ checkpoint is read from its config.json's `model_type`, so a checkpoint path pic
 from __future__ import annotations
 
 import importlib
-import json
 import pathlib
 
-import jax
 import jax.numpy as jnp
-from flax import struct
 
-@struct.dataclass
-class VisionOutput:
-  """What a family's vision encoder gives the decoder: the tokens placed at the image
-  placeholders, in order, and (Qwen3-VL) the DeepStack features of some encoder blocks,
-  added to the first decoder layers' hidden states at the same positions."""
-  tokens_NxC: jax.Array
-  deepstack_KxNxC: jax.Array | None = None
+from jaxspatial.errors import ModelFolderError
+from jaxspatial.models.hf import read_json
+from jaxspatial.models.qwen2_5_vl.tokenizer import load_processor
+from jaxspatial.models.vision import VisionOutput
 
+__all__ = ["FAMILIES", "VisionOutput", "export", "load_model", "load_policy", "model_type",
+           "policy_class"]
 
 # model_type -> (module of the model class, class name, module of save_pretrained)
 FAMILIES = {
@@ -60,11 +56,6 @@ FAMILIES = {
 }
 
 
-def _error(message: str) -> ValueError:
-  from jaxspatial.models.qwen2_5_vl.hf_params import CheckpointError  # pylint: disable=import-outside-toplevel
-  return CheckpointError(message)
-
-
 def model_type(folder) -> str:
   """config.json's `model_type` of a checkpoint folder (or of a config file), checked
   against the families jaxspatial implements."""
@@ -72,18 +63,14 @@ def model_type(folder) -> str:
   path = path / "config.json" if path.is_dir() else path
   if not path.is_file():
     raise FileNotFoundError(f"no model config: {path} does not exist")
-  try:
-    config = json.loads(path.read_text(encoding="utf-8"))
-  except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
-    raise _error(f"{path}: not valid JSON ({type(error).__name__}: {str(error)[:200]})") \
-        from None
+  config = read_json(path)
   if not isinstance(config, dict):
-    raise _error(f"{path}: expected a JSON object at the top level, got "
-                 f"{type(config).__name__}")
+    raise ModelFolderError(f"{path}: expected a JSON object at the top level, got "
+                           f"{type(config).__name__}")
   kind = config.get("model_type")
   if kind not in FAMILIES:
-    raise _error(f"{path}: model_type: expected one of {sorted(FAMILIES)} (the policy "
-                 f"families jaxspatial implements), got {kind!r}")
+    raise ModelFolderError(f"{path}: model_type: expected one of {sorted(FAMILIES)} (the "
+                           f"policy families jaxspatial implements), got {kind!r}")
   return kind
 
 
@@ -107,7 +94,6 @@ def load_policy(folder, *, dtype=jnp.float32, param_dtype=jnp.float32, seed: int
                 attention: str = "auto", remat: bool = False):
   """(processor or tokenizer, model) of a checkpoint folder; the family comes from
   config.json's `model_type` (`qwen2_5_vl`, `qwen3_vl`, `qwen3_5`)."""
-  from jaxspatial.models.qwen2_5_vl.tokenizer import load_processor  # pylint: disable=import-outside-toplevel
   model = load_model(folder, dtype=dtype, param_dtype=param_dtype, seed=seed,
                      attention=attention, remat=remat)
   return load_processor(folder), model

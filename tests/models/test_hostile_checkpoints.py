@@ -1,7 +1,7 @@
 """Hostile Hugging Face checkpoints: export leaves a folder that loads exactly what was
 exported, and loading refuses what it cannot honour (wrong dtypes, NaN / Inf, keys in two
 shards, index paths outside the folder, config settings the model does not implement,
-malformed files) with a CheckpointError naming the file and the field or tensor; a seeded
+malformed files) with a ModelFolderError naming the file and the field or tensor; a seeded
 fuzz over mutated configs, indexes and tensors. No transformers: the checkpoints are our own
 `save_pretrained` of a tiny random model (built abstractly, filled from numpy: no compile)."""
 
@@ -20,10 +20,10 @@ import pytest
 from flax import nnx
 from safetensors.numpy import save_file
 
-from jaxspatial.models.qwen2_5_vl import (CheckpointError, Qwen25VL, Qwen25VLConfig, TextModel,
-                                          load_text_weights)
-from jaxspatial.models.qwen2_5_vl.export import save_pretrained, state_dict
-from jaxspatial.models.qwen2_5_vl.hf_params import INDEX, checkpoint_shapes
+from jaxspatial.errors import ModelFolderError
+from jaxspatial.models.hf import INDEX
+from jaxspatial.models.qwen2_5_vl import (Qwen25VL, Qwen25VLConfig, TextModel, checkpoint_shapes,
+                                          load_text_weights, save_pretrained, state_dict)
 
 VOCAB = 512
 MISSING = object()
@@ -194,7 +194,7 @@ def test_a_folder_with_both_layouts_is_refused(base, tmp_path):
   _, _, tensors, config = base
   write_sharded(tmp_path, tensors, config)
   save_file(tensors, str(tmp_path / "model.safetensors"))
-  with pytest.raises(CheckpointError, match="both model.safetensors and "
+  with pytest.raises(ModelFolderError, match="both model.safetensors and "
                                             "model.safetensors.index.json"):
     Qwen25VL.from_pretrained(tmp_path)
 
@@ -218,10 +218,10 @@ def test_wrong_dtypes_are_refused(base, tmp_path, dtype):
   folder = folder_with(tmp_path, base, tensors=bad)
   message = (rf"model.safetensors: tensor '{KEY}': expected dtype float16, bfloat16 or "
              rf"float32, got {np.dtype(dtype).name}")
-  with pytest.raises(CheckpointError, match=message):
+  with pytest.raises(ModelFolderError, match=message):
     Qwen25VL.from_pretrained(folder)
   text = nnx.eval_shape(lambda: TextModel(Qwen25VLConfig.tiny(VOCAB).text, rngs=nnx.Rngs(0)))
-  with pytest.raises(CheckpointError, match=message):  # the text loader on its own, too
+  with pytest.raises(ModelFolderError, match=message):  # the text loader on its own, too
     load_text_weights(text, folder)
 
 
@@ -242,7 +242,7 @@ def test_nan_and_inf_are_refused(base, tmp_path, key, value, kind):
   bad = dict(tensors)
   bad[key] = tensors[key].copy()
   bad[key].reshape(-1)[3] = value
-  with pytest.raises(CheckpointError, match=rf"model.safetensors: tensor '{key}': expected "
+  with pytest.raises(ModelFolderError, match=rf"model.safetensors: tensor '{key}': expected "
                                             rf"finite values, got 1 {kind} value"):
     Qwen25VL.from_pretrained(folder_with(tmp_path, base, tensors=bad))
 
@@ -254,7 +254,7 @@ def test_values_beyond_the_parameter_dtype_are_refused(base, tmp_path):
   bad[KEY][0, 0] = 1e5  # finite in float32, inf in float16
   folder = folder_with(tmp_path, base, tensors=bad)
   Qwen25VL.from_pretrained(folder)  # float32 parameters hold it
-  with pytest.raises(CheckpointError, match=rf"'{KEY}': expected finite values, got 1 "
+  with pytest.raises(ModelFolderError, match=rf"'{KEY}': expected finite values, got 1 "
                                             r"infinite value\(s\) after the cast to the "
                                             r"parameters' float16"):
     Qwen25VL.from_pretrained(folder, param_dtype=jnp.float16, dtype=jnp.float16)
@@ -267,7 +267,7 @@ def test_a_key_in_two_shards_is_refused(base, tmp_path):
   second = tmp_path / "indexed" / "model-00002-of-00002.safetensors"
   vision = {k: v for k, v in tensors.items() if k.startswith("visual.")}
   save_file(dict(vision, **{KEY: tensors[KEY] + 1}), str(second))  # and the index maps it
-  with pytest.raises(CheckpointError, match=rf"tensor '{KEY}' is stored twice: in "
+  with pytest.raises(ModelFolderError, match=rf"tensor '{KEY}' is stored twice: in "
                                             rf"model-00001-of-00002.safetensors and in "
                                             rf"model-00002-of-00002.safetensors"):
     Qwen25VL.from_pretrained(tmp_path / "indexed")
@@ -279,7 +279,7 @@ def test_a_key_in_two_shards_is_refused(base, tmp_path):
   renamed = "model.language_model." + KEY[len("model."):]
   save_file(dict(vision, **{renamed: tensors[KEY]}),
             str(plain / "model-00002-of-00002.safetensors"))
-  with pytest.raises(CheckpointError, match=rf"tensor '{renamed}' is stored twice: in "
+  with pytest.raises(ModelFolderError, match=rf"tensor '{renamed}' is stored twice: in "
                                             rf"model-00001-of-00002.safetensors \(as '{KEY}'\) "
                                             rf"and in model-00002-of-00002.safetensors"):
     Qwen25VL.from_pretrained(plain)
@@ -315,7 +315,7 @@ def test_index_paths_outside_the_folder_are_refused(base, tmp_path, name):
   weight_map = _weight_map(folder)
   weight_map[KEY] = name
   _set_index(folder, {"weight_map": weight_map})
-  with pytest.raises(CheckpointError, match=rf"{INDEX}: weight_map\['{KEY}'\]: expected a "
+  with pytest.raises(ModelFolderError, match=rf"{INDEX}: weight_map\['{KEY}'\]: expected a "
                                             r"path inside the checkpoint folder, got"):
     Qwen25VL.from_pretrained(folder)
 
@@ -333,7 +333,7 @@ def test_index_paths_outside_the_folder_are_refused(base, tmp_path, name):
 def test_malformed_indexes_are_refused(base, tmp_path, index, message):
   folder = _indexed(tmp_path, base)
   _set_index(folder, index)
-  with pytest.raises(CheckpointError, match=message):
+  with pytest.raises(ModelFolderError, match=message):
     Qwen25VL.from_pretrained(folder)
 
 
@@ -342,14 +342,14 @@ def test_index_and_shards_must_agree(base, tmp_path):
   weight_map = _weight_map(folder)
   weight_map[KEY] = "model-00002-of-00002.safetensors"
   _set_index(folder, {"weight_map": weight_map})
-  with pytest.raises(CheckpointError, match=rf"model-00001-of-00002.safetensors: holds tensor "
+  with pytest.raises(ModelFolderError, match=rf"model-00001-of-00002.safetensors: holds tensor "
                                             rf"'{KEY}', which {INDEX} maps to "
                                             r"model-00002-of-00002.safetensors"):
     Qwen25VL.from_pretrained(folder)
   weight_map = _weight_map(_indexed(tmp_path, base))
   weight_map["model.layers.9.mlp.up_proj.weight"] = "model-00001-of-00002.safetensors"
   _set_index(folder, {"weight_map": weight_map})
-  with pytest.raises(CheckpointError, match=r"maps 1 tensor\(s\) that no shard holds"):
+  with pytest.raises(ModelFolderError, match=r"maps 1 tensor\(s\) that no shard holds"):
     Qwen25VL.from_pretrained(folder)
   weight_map["x"] = "model-00003-of-00003.safetensors"
   _set_index(folder, {"weight_map": weight_map})
@@ -430,7 +430,7 @@ def test_config_fields_the_model_cannot_honour_are_refused(base, tmp_path, path,
                                                            message):
   _, _, _, config = base
   folder = folder_with(tmp_path, base, config=_mutated(config, path, value))
-  with pytest.raises(CheckpointError, match=str(folder / "config.json") + ": " + message):
+  with pytest.raises(ModelFolderError, match=str(folder / "config.json") + ": " + message):
     Qwen25VL.from_pretrained(folder)
 
 
@@ -440,7 +440,7 @@ def test_sliding_windows_are_refused_where_a_layer_would_slide(base, tmp_path):
                      "text_config.sliding_window", 64)
   sliding["text_config"].pop("layer_types")
   slides = _mutated(sliding, "text_config.max_window_layers", 1)
-  with pytest.raises(CheckpointError, match=r"text_config.use_sliding_window: expected false "
+  with pytest.raises(ModelFolderError, match=r"text_config.use_sliding_window: expected false "
                                             r"\(sliding-window attention is not implemented; "
                                             r"with max_window_layers 1 layers 1 to 1 would "
                                             r"slide\), got True"):
@@ -457,7 +457,7 @@ def test_sliding_windows_are_refused_where_a_layer_would_slide(base, tmp_path):
 ])
 def test_malformed_config_files_are_refused(base, tmp_path, text, message):
   folder = folder_with(tmp_path, base, raw_config=text)
-  with pytest.raises(CheckpointError, match=str(folder / "config.json") + ": " + message):
+  with pytest.raises(ModelFolderError, match=str(folder / "config.json") + ": " + message):
     Qwen25VL.from_pretrained(folder)
 
 
@@ -470,7 +470,7 @@ def test_truncated_and_corrupt_shards_are_refused(base, tmp_path):
     folder.mkdir()
     (folder / "config.json").write_text((source / "config.json").read_text())
     (folder / "model.safetensors").write_bytes(content)
-    with pytest.raises(CheckpointError, match=rf"{folder}/model.safetensors: not a readable "
+    with pytest.raises(ModelFolderError, match=rf"{folder}/model.safetensors: not a readable "
                                               r"safetensors file"):
       Qwen25VL.from_pretrained(folder)
 
@@ -613,7 +613,7 @@ def _index_case(rng, folder):
 
 
 def test_fuzz_hostile_checkpoints_load_or_raise_a_named_error(base, tmp_path):
-  """From a fixed seed, 300 mutated checkpoints: each loads, or raises CheckpointError (or
+  """From a fixed seed, 300 mutated checkpoints: each loads, or raises ModelFolderError (or
   FileNotFoundError for a missing file) naming a file and, for a mistyped config field, the
   field; never another exception, never more than a few seconds."""
   _, source, tensors, config = base
@@ -652,7 +652,7 @@ def test_fuzz_hostile_checkpoints_load_or_raise_a_named_error(base, tmp_path):
       try:
         Qwen25VL.from_pretrained(folder)
         outcomes["loaded"] += 1
-      except (CheckpointError, FileNotFoundError) as error:
+      except (ModelFolderError, FileNotFoundError) as error:
         outcomes["refused"] += 1
         message = str(error)
         assert str(folder) in message or "config.json" in message, (case, family, message)

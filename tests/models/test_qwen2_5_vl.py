@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from jaxspatial.models.qwen2_5_vl import (CheckpointError, Qwen25VLConfig, TextModel,
+from jaxspatial.models.qwen2_5_vl import (ModelFolderError, Qwen25VLConfig, TextModel,
                                           load_text_weights, text_position_ids)
 
 torch = pytest.importorskip("torch")
@@ -61,7 +61,7 @@ def test_loading_errors(checkpoint, tmp_path):
   config = Qwen25VLConfig.from_hf(folder)
   wrong = TextModel(config.text.__class__(**{**config.text.__dict__, "intermediate_size": 96}),
                     rngs=nnx.Rngs(0))
-  with pytest.raises(CheckpointError, match=r"layers.0.mlp.\w+_proj.weight has shape "
+  with pytest.raises(ModelFolderError, match=r"layers.0.mlp.\w+_proj.weight has shape "
                                             r"\((128, 64|64, 128)\), expected \((96, 64|64, 96)\)"):
     load_text_weights(wrong, folder)
   with pytest.raises(FileNotFoundError, match="no \\*.safetensors"):
@@ -72,7 +72,7 @@ def test_loading_errors(checkpoint, tmp_path):
 
 def test_rope_index_matches_transformers_get_rope_index():
   import jax
-  from jaxspatial.models.qwen2_5_vl.rope import rope_index
+  from jaxspatial.models.rope import rope_index
   model = transformers.Qwen2_5_VLForConditionalGeneration(tiny_hf_config()).eval()
   image = 250
   # Two sequences: text, image (grid 1x4x6 -> 6 tokens), text, image (1x8x4 -> 8 tokens),

@@ -11,7 +11,7 @@ import pytest
 from flax import nnx
 
 from jaxspatial.models import export, load_model, sampler
-from jaxspatial.models.qwen3_5 import CheckpointError, Qwen35, Qwen35Config, delta_rule
+from jaxspatial.models.qwen3_5 import ModelFolderError, Qwen35, Qwen35Config, delta_rule
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -343,7 +343,7 @@ def test_multi_token_prediction_tensors_are_skipped(checkpoint, ours, tmp_path):
                                 np.asarray(ours.language_model.norm.weight[...]))
   del tensors["model.language_model.layers.0.linear_attn.A_log"]
   save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
-  with pytest.raises(CheckpointError, match="A_log"):
+  with pytest.raises(ModelFolderError, match="A_log"):
     Qwen35.from_pretrained(folder)
 
 
@@ -361,7 +361,7 @@ def test_config_refusals_name_the_field(checkpoint, tmp_path, edit, field):
   raw = json.loads((checkpoint[1] / "config.json").read_text())
   edit(raw["text_config"])
   (tmp_path / "config.json").write_text(json.dumps(raw))
-  with pytest.raises(CheckpointError, match=field):
+  with pytest.raises(ModelFolderError, match=field):
     Qwen35Config.from_hf(tmp_path)
 
 

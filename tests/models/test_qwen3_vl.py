@@ -12,7 +12,7 @@ import pytest
 from flax import nnx
 
 from jaxspatial.models import export
-from jaxspatial.models.qwen3_vl import CheckpointError, Qwen3VL, Qwen3VLConfig
+from jaxspatial.models.qwen3_vl import ModelFolderError, Qwen3VL, Qwen3VLConfig
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -313,8 +313,7 @@ def test_export_reloads_in_transformers_and_here(checkpoint, ours, tmp_path):
                nnx.state(again, nnx.Param))
   assert json.loads((tmp_path / "export" / "config.json").read_text()) == ours.config.raw
   # The 4.x-style names (model.layers.*, visual.*) load the same.
-  from jaxspatial.models.qwen2_5_vl.export import write_folder
-  from jaxspatial.models.qwen2_5_vl.hf_params import canonical_key
+  from jaxspatial.models.hf import canonical_key, write_folder
   write_folder(tmp_path / "old", ours.config.raw,
                {canonical_key(k): v for k, v in state_dict(ours).items()})
   with safe_open(str(tmp_path / "old" / "model.safetensors"), "np") as reader:
@@ -324,7 +323,7 @@ def test_export_reloads_in_transformers_and_here(checkpoint, ours, tmp_path):
                nnx.state(old, nnx.Param))
   # Built here (no raw config): config.json is `to_hf()`, which transformers reads and which
   # round-trips.
-  from jaxspatial.models.qwen3_vl.export import config_dict
+  from jaxspatial.models.hf import config_dict
   config = Qwen3VLConfig.tiny(320)
   fresh = nnx.eval_shape(lambda: Qwen3VL(config, rngs=nnx.Rngs(0)))
   written = config_dict(fresh)
@@ -359,7 +358,7 @@ def test_pixel_bounds_come_from_the_processor_config(tmp_path):
   # A processor config whose bounds cross is refused, naming the file and field.
   (tmp_path / "preprocessor_config.json").write_text(
       '{"size": {"shortest_edge": 9000, "longest_edge": 4000}}')
-  with pytest.raises(CheckpointError, match=r"preprocessor_config.json: size: expected "
+  with pytest.raises(ModelFolderError, match=r"preprocessor_config.json: size: expected "
                      r"shortest_edge \(min pixels\) <= longest_edge"):
     Qwen3VL.from_pretrained(tmp_path)
 
@@ -373,7 +372,7 @@ def test_config_refusals_name_the_field(checkpoint, tmp_path):
   def refused(edit, match):
     changed = copy.deepcopy(base)
     edit(changed)
-    with pytest.raises(CheckpointError, match=match):
+    with pytest.raises(ModelFolderError, match=match):
       Qwen3VLConfig.from_hf(changed)
 
   refused(lambda c: c["vision_config"].update(deepstack_visual_indexes=[1, 4]),
@@ -399,7 +398,7 @@ def test_config_refusals_name_the_field(checkpoint, tmp_path):
   # A config that ties the head against a checkpoint that has one: refused before loading.
   shutil.copy(checkpoint[1] / "model.safetensors", tmp_path / "model.safetensors")
   (tmp_path / "config.json").write_text(json.dumps({**base, "tie_word_embeddings": True}))
-  with pytest.raises(CheckpointError, match=r"unexpected checkpoint key 'lm_head.weight' "
+  with pytest.raises(ModelFolderError, match=r"unexpected checkpoint key 'lm_head.weight' "
                                             r"\(the config ties"):
     Qwen3VL.from_pretrained(tmp_path)
 

@@ -63,18 +63,12 @@ class Processor:
 
 
 def save_processor(folder, tokenizer, model=None) -> pathlib.Path:
-  """Writes the tokenizer and the image processor config of `model`'s family (default:
-  Qwen2.5-VL's) to `folder`: patch, merge and temporal sizes, pixel bounds, mean and std."""
+  """Writes the tokenizer and the image processor config `model` runs with (its
+  `image_processor_settings()`: patch, merge and temporal sizes, pixel bounds, mean and std;
+  without a model, Qwen2.5-VL's defaults) to `folder`."""
   import transformers  # pylint: disable=import-outside-toplevel
   tokenizer.save_pretrained(folder)
-  settings = {}
-  if getattr(type(model), "family", "qwen2_5_vl") in ("qwen3_vl", "qwen3_5"):
-    from jaxspatial.models.qwen3_vl import preprocess  # pylint: disable=import-outside-toplevel
-    v = model.config.vision
-    settings = dict(patch_size=v.patch_size, merge_size=v.spatial_merge_size,
-                    temporal_patch_size=v.temporal_patch_size,
-                    image_mean=list(preprocess.MEAN), image_std=list(preprocess.STD),
-                    size={"shortest_edge": v.min_pixels, "longest_edge": v.max_pixels})
+  settings = getattr(model, "image_processor_settings", dict)()
   transformers.Qwen2VLImageProcessorPil(**settings).save_pretrained(folder)
   return pathlib.Path(folder)
 

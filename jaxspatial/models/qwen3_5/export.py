@@ -1,6 +1,6 @@
-"""Writing a Qwen35 back to a Hugging Face folder (config.json + model.safetensors), in the
-key layout transformers 5.x's `save_pretrained` writes and `from_pretrained` reads: Qwen3-VL's
-writer over Qwen3.5's checkpoint layout."""
+"""Writing a Qwen35 back to a Hugging Face folder (config.json + model.safetensors) through
+its name map, in the key layout transformers 5.x's `save_pretrained` writes and
+`from_pretrained` reads."""
 
 from __future__ import annotations
 
@@ -8,17 +8,17 @@ import pathlib
 
 import numpy as np
 
-from jaxspatial.models.qwen2_5_vl.export import write_folder
+from jaxspatial.models.hf import config_dict, write_folder
+from jaxspatial.models.hf import state_dict as named_state_dict
 from jaxspatial.models.qwen3_5.hf_params import checkpoint_shapes, targets
-from jaxspatial.models.qwen3_vl import export as qwen3_vl_export
 
 
 def state_dict(model) -> dict[str, np.ndarray]:
   """Every tensor under its transformers 5.x name, in torch layout."""
-  return qwen3_vl_export.state_dict(model, checkpoint_shapes, targets)
+  return named_state_dict(model, checkpoint_shapes(model.config), targets(model))
 
 
 def save_pretrained(model, folder) -> pathlib.Path:
-  """Writes config.json and model.safetensors (atomically: Qwen2.5-VL's `write_folder`) so
-  that transformers' and our `from_pretrained` load exactly this model."""
-  return write_folder(folder, qwen3_vl_export.config_dict(model), state_dict(model))
+  """Writes config.json and model.safetensors (atomically: `jaxspatial.models.hf.write_folder`)
+  so that transformers' and our `from_pretrained` load exactly this model."""
+  return write_folder(folder, config_dict(model), state_dict(model))

@@ -12,7 +12,7 @@ says, either
     sigmoid(gate), the gate being the second half of each head's q_proj rows; its cache is
     keys and values, as the other families'.
 RMSNorms are zero-centred (x_hat (1 + w), weights initialised to 0), except the DeltaNet's
-gated norm (x_hat w). Attention paths and float32 norms as `qwen2_5_vl.text`.
+gated norm (x_hat w). Attention paths and float32 norms: `jaxspatial.models.layers`.
 """
 
 from __future__ import annotations
@@ -21,28 +21,22 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from jaxspatial.models.attention import attention, check_implementation, write_cache
-from jaxspatial.models.qwen2_5_vl import text as base
-from jaxspatial.models.qwen2_5_vl.text import MLP, linear
+from jaxspatial.models import layers
+from jaxspatial.models.decoder import TextDecoder
+from jaxspatial.models.layers import linear
 from jaxspatial.models.qwen3_5 import delta_rule
 from jaxspatial.models.qwen3_5.config import TextConfig
-from jaxspatial.models.qwen3_vl.rope import apply_rotary, mrope_cos_sin
+from jaxspatial.models.qwen3_vl.rope import mrope_cos_sin
 from jaxspatial.models.sharding import logical_init
 
 Array = jax.Array
 
 
-class RMSNorm(nnx.Module):
-  """Zero-centred RMSNorm: x_hat (1 + w) in float32, cast back (transformers' Qwen3_5RMSNorm)."""
+class RMSNorm(layers.RMSNorm):
+  """Zero-centred: x_hat (1 + w), weights from 0 (transformers' Qwen3_5RMSNorm)."""
 
   def __init__(self, size: int, eps: float, *, param_dtype=jnp.float32):
-    self.weight = nnx.Param(jnp.zeros((size,), param_dtype))
-    self.eps = eps
-
-  def __call__(self, x: Array) -> Array:
-    x32 = x.astype(jnp.float32)
-    normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
-    return (normed * (1.0 + self.weight[...].astype(jnp.float32))).astype(x.dtype)
+    super().__init__(size, eps, param_dtype=param_dtype, zero_centred=True)
 
 
 class GatedRMSNorm(nnx.Module):
@@ -60,40 +54,13 @@ class GatedRMSNorm(nnx.Module):
     return (out * jax.nn.silu(gate.astype(jnp.float32))).astype(x.dtype)
 
 
-class GatedAttention(nnx.Module):
-  def __init__(self, config: TextConfig, *, rngs: nnx.Rngs, dtype, param_dtype,
-               implementation: str = "auto"):
-    self.config = config
-    self.implementation = check_implementation(implementation)
-    d, h, kv = config.head_dim, config.num_attention_heads, config.num_key_value_heads
-    kw = dict(rngs=rngs, dtype=dtype, param_dtype=param_dtype, use_bias=config.attention_bias)
-    self.q_proj = linear(config.hidden_size, 2 * h * d, ("embed", "heads"), **kw)
-    self.k_proj = linear(config.hidden_size, kv * d, ("embed", "kv_heads"), **kw)
-    self.v_proj = linear(config.hidden_size, kv * d, ("embed", "kv_heads"), **kw)
-    self.o_proj = linear(h * d, config.hidden_size, ("heads", "embed"), **kw)
-    self.q_norm = RMSNorm(d, config.rms_norm_eps, param_dtype=param_dtype)
-    self.k_norm = RMSNorm(d, config.rms_norm_eps, param_dtype=param_dtype)
+class GatedAttention(layers.Attention):
+  """Qwen3.5's full attention: QK-norm (zero-centred), the output gate from q_proj's second
+  half, interleaved M-RoPE on the first `rotary_dim` of each head."""
 
-  def __call__(self, x_BxLxC: Array, cos: Array, sin: Array, mask_BxLxS: Array,
-               cache: tuple[Array, Array] | None = None, index: Array | None = None):
-    """As the other families' attention (cache [B, S, KV, D] written at `index`), with the
-    output gate and the partial rotary. Returns (out, cache)."""
-    c = self.config
-    b, length, _ = x_BxLxC.shape
-    d, h, kv, r = c.head_dim, c.num_attention_heads, c.num_key_value_heads, c.rotary_dim
-    query_gate = self.q_proj(x_BxLxC).reshape(b, length, h, 2 * d)
-    q, gate = self.q_norm(query_gate[..., :d]), query_gate[..., d:].reshape(b, length, h * d)
-    k = self.k_norm(self.k_proj(x_BxLxC).reshape(b, length, kv, d))
-    turn = lambda x: jnp.concatenate([apply_rotary(x[..., :r], cos, sin), x[..., r:]], -1)
-    q, k = turn(q), turn(k)
-    v = self.v_proj(x_BxLxC).reshape(b, length, kv, d)
-    if cache is not None:
-      k_cache, v_cache = cache
-      k, v = write_cache(k_cache, k, index), write_cache(v_cache, v, index)
-      cache = (k, v)
-    out = attention(q, k, v, mask_BxLxS, self.implementation).reshape(b, length, h * d)
-    out = out.astype(x_BxLxC.dtype) * jax.nn.sigmoid(gate)
-    return self.o_proj(out), cache
+  def __init__(self, config: TextConfig, **options):
+    super().__init__(config, bias=(config.attention_bias,) * 2, norm=RMSNorm, gated=True,
+                     rotary_dim=config.rotary_dim, **options)
 
 
 class GatedDeltaNet(nnx.Module):
@@ -149,49 +116,42 @@ class GatedDeltaNet(nnx.Module):
     return self.out_proj(out), cache
 
 
-class DecoderLayer(nnx.Module):
-  def __init__(self, config: TextConfig, kind: str, *, rngs: nnx.Rngs, dtype, param_dtype,
-               attention: str = "auto"):
-    kw = dict(rngs=rngs, dtype=dtype, param_dtype=param_dtype)
-    self.kind = kind
-    if kind == "linear_attention":
-      self.linear_attn = GatedDeltaNet(config, **kw)
-    else:
-      self.self_attn = GatedAttention(config, implementation=attention, **kw)
-    self.mlp = MLP(config, **kw)
-    self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps,
-                                   param_dtype=param_dtype)
-    self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps,
-                                            param_dtype=param_dtype)
-
-  def __call__(self, x, cos, sin, mask, cache=None, index=None):
-    """`mask`: (attention mask [B, L, S], this segment's valid tokens [B, L])."""
-    attention_mask, valid = mask
-    normed = self.input_layernorm(x)
-    if self.kind == "linear_attention":
-      mixed, cache = self.linear_attn(normed, valid, cache)
-    else:
-      mixed, cache = self.self_attn(normed, cos, sin, attention_mask, cache, index)
-    x = x + mixed
-    return x + self.mlp(self.post_attention_layernorm(x)), cache
-
-
-class TextModel(base.TextModel):
-  """Embeddings, hybrid decoder layers, final (zero-centred) norm and the LM head; the loop,
-  residuals and logits are the shared decoder's (`qwen2_5_vl.text.TextModel`)."""
+class DecoderLayer(layers.DecoderLayer):
+  """`kind` "linear_attention": a GatedDeltaNet (`linear_attn`), else gated attention
+  (`self_attn`); zero-centred norms."""
 
   norm_class = RMSNorm
+
+  def __init__(self, config: TextConfig, kind: str, **options):
+    self.kind = kind
+    super().__init__(config, GatedAttention, **options)
+
+  def add_mixer(self, config, attention_class, implementation: str, kw: dict) -> None:
+    if self.kind == "linear_attention":
+      self.linear_attn = GatedDeltaNet(config, **kw)
+    else:
+      super().add_mixer(config, attention_class, implementation, kw)
+
+  def mix(self, x, cos, sin, mask, cache, index):
+    """`mask`: (attention mask [B, L, S], this segment's valid tokens [B, L])."""
+    attention_mask, valid = mask
+    if self.kind == "linear_attention":
+      return self.linear_attn(x, valid, cache)
+    return self.self_attn(x, cos, sin, attention_mask, cache, index)
+
+
+class TextModel(TextDecoder):
+  """Embeddings, hybrid decoder layers, final (zero-centred) norm and the LM head; the loop,
+  residuals and logits are the shared decoder's (`jaxspatial.models.decoder`)."""
+
+  norm_class = RMSNorm
+  mrope_cos_sin = staticmethod(mrope_cos_sin)
 
   def new_layer(self, index: int, config, **options) -> DecoderLayer:
     return DecoderLayer(config, config.layer_types[index], **options)
 
   def layer_mask(self, mask_BxLxS: Array, valid_BxL: Array):
     return mask_BxLxS, valid_BxL
-
-  def rotary(self, position_ids_3xBxL: Array) -> tuple[Array, Array]:
-    """cos, sin [B, L, rotary_dim] of the interleaved M-RoPE (the partial rotary's)."""
-    c = self.config
-    return mrope_cos_sin(position_ids_3xBxL, c.rotary_dim, c.rope_theta, c.mrope_section)
 
   def init_cache(self, batch: int, length: int, dtype=jnp.float32) -> list:
     """Per layer: full attention, zeroed (k, v) [B, S, KV, D] in `dtype`; Gated DeltaNet,

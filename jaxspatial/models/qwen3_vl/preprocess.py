@@ -1,4 +1,4 @@
-"""Qwen3-VL image preprocessing on device: Qwen2.5-VL's functions with Qwen3-VL's settings.
+"""Qwen3-VL image preprocessing on device: the shared functions with Qwen3-VL's settings.
 
 transformers runs Qwen3-VL images through `Qwen2VLImageProcessor` configured by the
 released `preprocessor_config.json`: 16-pixel patches merged 2 x 2 (sizes are multiples of
@@ -7,15 +7,14 @@ frame repeated over 2 temporal patches. Rows are C * T * 16 * 16 = 1536 values. 
 smart-resized size the output equals the processor's to float rounding; a resize is
 `jax.image.resize` (bicubic, antialiased) on floats where the processor resizes uint8 on
 the host, so resized pixels differ by about a uint8 level (see
-`jaxspatial.models.qwen2_5_vl.preprocess`).
+`jaxspatial.models.preprocess`).
 """
 
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
 
-from jaxspatial.models.qwen2_5_vl import preprocess as base
+from jaxspatial.models import preprocess as base
 
 Array = jax.Array
 
@@ -46,17 +45,20 @@ def preprocess_image(image_HxWx3: Array, vision=None):
 
 def image_grid(vision, image_size) -> tuple[int, int, int]:
   """The static (t, h, w) patch grid of an image of `image_size` (H, W) for a VisionConfig."""
-  height, width = smart_resize(*image_size, vision.patch_size * vision.spatial_merge_size,
-                               vision.min_pixels, vision.max_pixels)
-  return (1, height // vision.patch_size, width // vision.patch_size)
+  return base.image_grid(vision, image_size, vision.min_pixels, vision.max_pixels)
 
 
 def batch_vision_inputs(vision, images_BxKxHxWx3: Array):
   """(pixel values of every view in token order, the static grids, per-sequence grids
   [B, K, 3]) for B sequences of K same-sized uint8 views each."""
-  batch, views = images_BxKxHxWx3.shape[:2]
-  flat = images_BxKxHxWx3.reshape((batch * views,) + images_BxKxHxWx3.shape[2:])
-  pixels, _ = jax.vmap(lambda image: preprocess_image(image, vision))(flat)
-  grid = image_grid(vision, images_BxKxHxWx3.shape[2:4])
-  sequence_grids = jnp.broadcast_to(jnp.asarray(grid, jnp.int32), (batch, views, 3))
-  return pixels.reshape(-1, pixels.shape[-1]), (grid,) * (batch * views), sequence_grids
+  return base.batch_vision_inputs(images_BxKxHxWx3, lambda image: preprocess_image(image, vision),
+                                  image_grid(vision, images_BxKxHxWx3.shape[2:4]))
+
+
+def processor_settings(vision) -> dict:
+  """The image processor config (preprocessor_config.json) of a VisionConfig: patch, merge
+  and temporal sizes, pixel bounds, mean and std."""
+  return dict(patch_size=vision.patch_size, merge_size=vision.spatial_merge_size,
+              temporal_patch_size=vision.temporal_patch_size, image_mean=list(MEAN),
+              image_std=list(STD),
+              size={"shortest_edge": vision.min_pixels, "longest_edge": vision.max_pixels})

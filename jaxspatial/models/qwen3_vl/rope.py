@@ -4,24 +4,18 @@ Positions come as three streams [3, B, L] (temporal, height, width), as in Qwen2
 the streams are interleaved over the frequencies instead of taking contiguous sections:
 frequency d rotates with the height stream where d = 1 mod 3 and d < 3 * section[1], with
 the width stream where d = 2 mod 3 and d < 3 * section[2], and with the temporal stream
-elsewhere (transformers' `Qwen3VLTextRotaryEmbedding`).
-
-The image position rule (`rope_index`) is Qwen2.5-VL's for images: t = 1 grids, tokens at
-start + (frame, row, column), the text after resuming at start + max(h, w) / merge.
+elsewhere (transformers' `Qwen3VLTextRotaryEmbedding`). The image position rule
+(`jaxspatial.models.rope.rope_index`) is the shared one.
 """
 
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
-from jaxspatial.models.qwen2_5_vl.rope import apply_rotary, rope_index, rotate_half, \
-    text_position_ids
+from jaxspatial.models import rope
 
 Array = jax.Array
-__all__ = ["apply_rotary", "interleaved_streams", "mrope_cos_sin", "rope_index",
-           "rotate_half", "text_position_ids"]
 
 
 def interleaved_streams(half_dim: int, section: tuple[int, int, int]) -> np.ndarray:
@@ -35,11 +29,5 @@ def interleaved_streams(half_dim: int, section: tuple[int, int, int]) -> np.ndar
 def mrope_cos_sin(position_ids_3xBxL: Array, head_dim: int, theta: float,
                   section: tuple[int, int, int]) -> tuple[Array, Array]:
   """cos, sin of shape [B, L, head_dim] (the two halves repeat, as rotate_half expects)."""
-  inv_freq = 1.0 / (theta ** (jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim))
-  angles = position_ids_3xBxL.astype(jnp.float32)[..., None] * inv_freq  # [3, B, L, D/2]
-  stream = jnp.asarray(interleaved_streams(head_dim // 2, section))
-  # A gather, not a one-hot matmul: exact on every backend.
-  index = jnp.broadcast_to(stream, (1,) + angles.shape[1:])
-  chosen = jnp.take_along_axis(angles, index, axis=0)[0]
-  emb = jnp.concatenate([chosen, chosen], axis=-1)
-  return jnp.cos(emb), jnp.sin(emb)
+  return rope.mrope_cos_sin(position_ids_3xBxL, head_dim, theta,
+                            interleaved_streams(head_dim // 2, section))

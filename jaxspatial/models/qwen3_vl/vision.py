@@ -20,27 +20,13 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from jaxspatial.models.qwen2_5_vl.text import linear, remat_call
-from jaxspatial.models.qwen2_5_vl.vision import Grids, Segments, VisionAttention
+from jaxspatial.models.layers import linear
 from jaxspatial.models.qwen3_vl.config import VisionConfig
 from jaxspatial.models.sharding import logical_init
+from jaxspatial.models.vision import (Grids, Segments, VisionBlock, checked_grids, patch_hw,
+                                      rotary_cos_sin, run_block)
 
 Array = jax.Array
-
-
-def patch_hw(grids: Grids, merge: int) -> np.ndarray:
-  """(row, column) of every patch [N, 2], block-major over merge units within each frame
-  (the processor's order), frames repeating the layout."""
-  out = []
-  for t, h, w in grids:
-    if h % merge or w % merge:
-      raise ValueError(f"vision grid {(t, h, w)}: height and width must be multiples of the "
-                       f"merge size {merge}")
-    rows, cols = np.meshgrid(np.arange(h), np.arange(w), indexing="ij")
-    blocks = lambda a: a.reshape(h // merge, merge, w // merge, merge).transpose(
-        0, 2, 1, 3).reshape(-1)
-    out.append(np.tile(np.stack([blocks(rows), blocks(cols)], -1), (t, 1)))
-  return np.concatenate(out)
 
 
 def _axis_taps(index: np.ndarray, size: int, side: int):
@@ -100,19 +86,6 @@ class VisionMLP(nnx.Module):
     return self.linear_fc2(jax.nn.gelu(self.linear_fc1(x), approximate=True))
 
 
-class VisionBlock(nnx.Module):
-  def __init__(self, config: VisionConfig, *, rngs, dtype, param_dtype, attention="auto"):
-    kw = dict(rngs=rngs, dtype=dtype, param_dtype=param_dtype)
-    self.norm1 = LayerNorm(config.hidden_size, param_dtype=param_dtype)
-    self.norm2 = LayerNorm(config.hidden_size, param_dtype=param_dtype)
-    self.attn = VisionAttention(config, implementation=attention, **kw)
-    self.mlp = VisionMLP(config, **kw)
-
-  def __call__(self, x, cos, sin, segments):
-    x = x + self.attn(self.norm1(x), cos, sin, segments)
-    return x + self.mlp(self.norm2(x))
-
-
 class PatchMerger(nnx.Module):
   """2 x 2 merge: LayerNorm (per patch, or after the shuffle for DeepStack), then a GELU
   MLP to the decoder's width."""
@@ -149,7 +122,7 @@ class VisionModel(nnx.Module):
         config.num_position_embeddings, config.hidden_size, dtype=dtype,
         param_dtype=param_dtype, rngs=rngs,
         embedding_init=logical_init(nnx.initializers.normal(0.02), (None, "embed")))
-    self.blocks = nnx.List([VisionBlock(config, attention=attention, **kw)
+    self.blocks = nnx.List([VisionBlock(config, LayerNorm, VisionMLP, attention=attention, **kw)
                             for _ in range(config.depth)])
     self.merger = PatchMerger(config, postshuffle_norm=False, **kw)
     self.deepstack_merger_list = nnx.List([
@@ -161,33 +134,21 @@ class VisionModel(nnx.Module):
     -> (tokens [N / merge^2, out_hidden], DeepStack features [K, N / merge^2, out_hidden]),
     in the processor's (and the LLM's) order; the K features in block order."""
     c = self.config
-    grids = tuple(tuple(int(v) for v in g) for g in grids)
-    total = sum(t * h * w for t, h, w in grids)
-    if pixel_values_NxP.shape != (total, c.patch_dim):
-      raise ValueError(f"VisionModel: pixel_values must be [{total}, {c.patch_dim}] for grids "
-                       f"{grids}, got {pixel_values_NxP.shape}")
+    grids = checked_grids(c, pixel_values_NxP, grids)
     merge = c.spatial_merge_size
     x = self.patch_embed(pixel_values_NxP)
     indices, weights = position_taps(grids, c.grid_side, merge)
     table = self.pos_embed.embedding[...].astype(jnp.float32)
     positions = jnp.sum(table[jnp.asarray(indices)] * jnp.asarray(weights)[..., None], axis=1)
     x = x + positions.astype(x.dtype)
-    hw = patch_hw(grids, merge)
-    rope_dim = c.head_dim // 2
-    inv_freq = 1.0 / (c.rope_theta ** (np.arange(0, rope_dim, 2, dtype=np.float32) / rope_dim))
-    freqs = np.concatenate([hw[:, :1] * inv_freq, hw[:, 1:] * inv_freq], -1)
-    angles = jnp.asarray(np.concatenate([freqs, freqs], -1), jnp.float32)
-    cos, sin = jnp.cos(angles), jnp.sin(angles)
+    cos, sin = rotary_cos_sin(patch_hw(grids, merge), c.head_dim, c.rope_theta)
     frame_ids = np.concatenate([np.repeat(np.arange(t), h * w) + sum(g[0] for g in grids[:i])
                                 for i, (t, h, w) in enumerate(grids)])
     frames = Segments.of(frame_ids)  # full attention within each frame of each image
     indexes = list(c.deepstack_visual_indexes)
     deepstack = []
     for index, block in enumerate(self.blocks):
-      if self.remat:
-        x = remat_call(block, lambda block, x: block(x, cos, sin, frames), x)
-      else:
-        x = block(x, cos, sin, frames)
+      x = run_block(block, x, cos, sin, frames, self.remat)
       if index in indexes:  # features in block order, each through its list position's merger
         deepstack.append(self.deepstack_merger_list[indexes.index(index)](x))
     tokens = self.merger(x)
