@@ -34,7 +34,7 @@ __all__ = ["CheckpointCorruptError", "CheckpointError", "CheckpointMismatchError
            "InputError", "JaxspatialError", "KernelStartError", "MissingInputError",
            "ModelFolderError", "RecordError", "ResumeError", "SandboxError", "SandboxUnavailable",
            "ServiceError", "StepFormatError", "ToolArgumentError", "ToolError", "TransportError",
-           "WireError"]
+           "WireError", "check_one_of"]
 
 
 class JaxspatialError(Exception):
@@ -116,3 +116,11 @@ class SandboxUnavailable(SandboxError):
 
 class KernelStartError(SandboxError):
   """The kernel process did not start or did not answer its first message."""
+
+
+def check_one_of(where: str, value, choices):
+  """`value` if it is one of `choices`, else a ValueError naming `where`, the choices and
+  what was given."""
+  if value not in choices:
+    raise ValueError(f"{where}: expected one of {tuple(choices)}, got {value!r}")
+  return value

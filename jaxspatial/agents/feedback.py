@@ -132,30 +132,19 @@ def feedback_text(step: int, *, status: str, seconds: float = 0.0, stdout: str =
     where = f"line {failing_line}" if failing_line else "an unknown line"
     lines.append(f"Status: partial error at {where} ({seconds:.2f} s); the lines before it "
                  "ran and their variables are kept")
-    source = _line(code, failing_line)
-    if source and f"line {failing_line}:" not in (error or ""):
-      lines.append(quote(f"line {failing_line}: {source}"))
-    if error:
-      lines.append(quote(cap_end(error, TRACEBACK_CHARS)))
-  elif status == "timeout":
+    lines += _failure(code, failing_line, error)
+  elif status in ("timeout", "killed"):
     limit = f" of {timeout_s:g} s" if timeout_s else ""
-    lines.append(f"Status: error, the cell ran past its time limit{limit} and was stopped; "
-                 "the kernel was restarted and earlier variables are gone")
-    if error:
-      lines.append(quote(cap_end(error, TRACEBACK_CHARS)))
-  elif status == "killed":
-    lines.append("Status: error, the cell was stopped (a memory, process or output limit); "
-                 "the kernel was restarted and earlier variables are gone")
-    if error:
-      lines.append(quote(cap_end(error, TRACEBACK_CHARS)))
+    cause = (f"the cell ran past its time limit{limit} and was stopped" if status == "timeout"
+             else "the cell was stopped (a memory, process or output limit)")
+    lines.append(f"Status: error, {cause}; the kernel was restarted and earlier variables are "
+                 "gone")
+    lines += _failure("", None, error)
   else:
     where = f" at line {failing_line}" if failing_line else ""
     lines.append(f"Status: error{where} ({seconds:.2f} s); the cell's new variables were "
                  "removed")
-    source = _line(code, failing_line)
-    if source and f"line {failing_line}:" not in (error or ""):
-      lines.append(quote(f"line {failing_line}: {source}"))
-    lines.append(quote(cap_end(error or "(no traceback)", TRACEBACK_CHARS)))
+    lines += _failure(code, failing_line, error or "(no traceback)")
   stdout = stdout.rstrip("\n")
   if stdout:
     lines.append("Output:")
@@ -209,6 +198,17 @@ def feedback_text(step: int, *, status: str, seconds: float = 0.0, stdout: str =
   if steps_left is not None:
     lines.append(f"Steps left: {steps_left}")
   return "\n".join(lines)
+
+
+def _failure(code: str, failing_line: int | None, error: str | None) -> list[str]:
+  """The failing line's source (when the traceback does not show it) and the error, quoted."""
+  out = []
+  source = _line(code, failing_line)
+  if source and f"line {failing_line}:" not in (error or ""):
+    out.append(quote(f"line {failing_line}: {source}"))
+  if error:
+    out.append(quote(cap_end(error, TRACEBACK_CHARS)))
+  return out
 
 
 def _line(code: str, number: int | None) -> str:

@@ -33,43 +33,35 @@ pathlib, io, socket, pickle, importlib, torch, jax and similar are refused, as a
 eval, exec and compile. A cell that fails has its new variables removed; fix the error and
 run the corrected code. A cell runs for at most {timeout:g} seconds."""
 
-STEP_FORMAT = """\
+def _format(what: str, seen: str, last: str) -> str:
+  """The four-header turn format; the code cell or the one structured call comes last."""
+  return f"""\
 Answer every turn in exactly this format, with the four bold headers in this order:
 
 **Purpose**
 One sentence: what this step does.
 
 **Reasoning**
-Why this step, given the feedback so far. When a checklist item is settled, add a line
+Why this {what}, given the {seen} so far. When a checklist item is settled, add a line
 "Verified: <item numbers>".
 
 **Next Goal**
 What the step after this one should do.
 
-**Code**
+{last}"""
+
+
+STEP_FORMAT = _format("step", "feedback", """**Code**
 ```python
 # one cell of Python for the kernel
-```"""
+```""")
 
-STRUCTURED_FORMAT = """\
-Answer every turn in exactly this format, with the four bold headers in this order:
-
-**Purpose**
-One sentence: what this step does.
-
-**Reasoning**
-Why this call, given the results so far. When a checklist item is settled, add a line
-"Verified: <item numbers>".
-
-**Next Goal**
-What the step after this one should do.
-
-**Action**
+STRUCTURED_FORMAT = _format("call", "results", """**Action**
 {"tool": "<tool name>", "arguments": {"<name>": <value>, ...}}
 
 Each turn makes exactly one call. A tool's name is as listed, without "tools.": e.g.
 "Reconstruct", "SAM3.video", "vlm.locate". Its result is printed and kept in the kernel as
-result_<step>. To answer, call {"tool": "ReturnAnswer", "arguments": {"answer": "B"}}."""
+result_<step>. To answer, call {"tool": "ReturnAnswer", "arguments": {"answer": "B"}}.""")
 
 
 def _tool_section(names: Sequence[str]) -> str:

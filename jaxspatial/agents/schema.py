@@ -240,24 +240,25 @@ def parse_step(reply: Any) -> Step:
 
 # --- structured calls ---------------------------------------------------------------------
 
-def _json_object(text: str) -> dict | None:
-  """The first JSON object in text: tried at each '{' (at most MAX_JSON_TRIES)."""
+def _json_values(text: str, opener: str):
+  """The JSON values that decode at each `opener` in text, in order (at most
+  MAX_JSON_TRIES attempts: a bounded scan of hostile text)."""
   decoder = json.JSONDecoder()
-  start, tries = 0, 0
-  while tries < MAX_JSON_TRIES:
-    k = text.find("{", start)
+  start = 0
+  for _ in range(MAX_JSON_TRIES):
+    k = text.find(opener, start)
     if k == -1:
-      return None
-    tries += 1
-    try:
-      value, _ = decoder.raw_decode(text, k)
-    except (ValueError, RecursionError):
-      start = k + 1
-      continue
-    if isinstance(value, dict):
-      return value
+      return
     start = k + 1
-  return None
+    try:
+      yield decoder.raw_decode(text, k)[0]
+    except (ValueError, RecursionError):
+      continue
+
+
+def _json_object(text: str) -> dict | None:
+  """The first JSON object in text: tried at each '{'."""
+  return next((value for value in _json_values(text, "{") if isinstance(value, dict)), None)
 
 
 def _literal(value: Any, depth: int = 0) -> str:
@@ -405,23 +406,11 @@ def parse_checklist(text: str) -> list[CheckItem]:
   at = lower.find("verification checklist")
   regions = [text[at:]] if at != -1 else []
   regions.append(text)
-  decoder = json.JSONDecoder()
   for region in regions:
-    start, tries = 0, 0
-    while tries < MAX_JSON_TRIES:
-      k = region.find("[", start)
-      if k == -1:
-        break
-      tries += 1
-      try:
-        value, _ = decoder.raw_decode(region, k)
-      except (ValueError, RecursionError):
-        start = k + 1
-        continue
+    for value in _json_values(region, "["):
       items = _items(value)
       if items:
         return items
-      start = k + 1
   if at == -1:
     return []
   items = []

@@ -52,6 +52,7 @@ from typing import Any, Callable
 import jax.numpy as jnp
 import numpy as np
 
+from jaxspatial.errors import check_one_of
 from jaxspatial.geometry import Camera, PointCloud, pad_to_bucket, sort_spatially
 from jaxspatial.geometry.pointcloud import MIN_BUCKET, morton_order
 from jaxspatial.perception import fusion
@@ -459,12 +460,8 @@ class Pi3Reconstructor(_Reconstructor):
                rtol: float = fusion.PI3_EDGE_RTOL, num_std: float | None = fusion.OUTLIER_STD,
                max_points: int | None = fusion.PI3_MAX_POINTS, autocast: bool = True,
                estimate_intrinsics: bool = True):
-    if channel_order not in CHANNEL_ORDERS:
-      raise ValueError(f"Pi3Reconstructor.channel_order: expected one of {CHANNEL_ORDERS}, "
-                       f"got {channel_order!r}")
-    if resample not in RESAMPLERS:
-      raise ValueError(f"Pi3Reconstructor.resample: expected one of {RESAMPLERS}, got "
-                       f"{resample!r}")
+    check_one_of("Pi3Reconstructor.channel_order", channel_order, CHANNEL_ORDERS)
+    check_one_of("Pi3Reconstructor.resample", resample, RESAMPLERS)
     self.model, self.device = model, device
     self.channel_order, self.resample = channel_order, resample
     self.conf_threshold, self.rtol = conf_threshold, rtol
@@ -542,12 +539,8 @@ class VGGTReconstructor(_Reconstructor):
                min_conf: float = fusion.VGGT_MIN_CONF, num_std: float | None = fusion.OUTLIER_STD,
                max_points: int | None = fusion.VGGT_MAX_POINTS, mirror_x: bool = False,
                autocast: bool = True):
-    if preprocess not in VGGT_PREPROCESS:
-      raise ValueError(f"VGGTReconstructor.preprocess: expected one of {VGGT_PREPROCESS}, got "
-                       f"{preprocess!r}")
-    if resample not in RESAMPLERS:
-      raise ValueError(f"VGGTReconstructor.resample: expected one of {RESAMPLERS}, got "
-                       f"{resample!r}")
+    check_one_of("VGGTReconstructor.preprocess", preprocess, VGGT_PREPROCESS)
+    check_one_of("VGGTReconstructor.resample", resample, RESAMPLERS)
     self.model, self.device = model, device
     self.preprocess_mode, self.resample = preprocess, resample
     self.conf_percentile, self.min_conf = conf_percentile, min_conf

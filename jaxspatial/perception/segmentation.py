@@ -516,39 +516,40 @@ class SAM3Backend:
 
   def bbox_segment(self, image_HxWx3, bounding_box=None) -> str:
     """PERIA's bbox_segment: the instances the box prompt selects."""
-    image = check_image(image_HxWx3, "bbox_segment")
-    try:
-      box = parse_box(bounding_box)
-    except ToolArgumentError as e:
-      return error_text("bbox_segment", e)
-    return self._segment(image, self.config.box_prompt_text, box)
+    return self._box_segment("bbox_segment", image_HxWx3, bounding_box, exemplar=False)
 
   def exemplar_segment(self, image_HxWx3, bounding_box=None) -> str:
     """PERIA's exemplar_segment: every instance like the box's content."""
-    image = check_image(image_HxWx3, "exemplar_segment")
+    return self._box_segment("exemplar_segment", image_HxWx3, bounding_box, exemplar=True)
+
+  def _text_arguments(self, tool: str, image_HxWx3, text_prompt):
+    """(image, text prompt), or (None, the tool's error text) for a bad text argument."""
+    image = check_image(image_HxWx3, tool)
+    try:
+      return image, parse_text(text_prompt, "text_prompt")
+    except ToolArgumentError as e:
+      return None, error_text(tool, e)
+
+  def _box_segment(self, tool: str, image_HxWx3, bounding_box, exemplar: bool) -> str:
+    image = check_image(image_HxWx3, tool)
     try:
       box = parse_box(bounding_box)
     except ToolArgumentError as e:
-      return error_text("exemplar_segment", e)
-    return self._segment(image, self.config.box_prompt_text, box,
-                         exemplar=True)
+      return error_text(tool, e)
+    return self._segment(image, self.config.box_prompt_text, box, exemplar=exemplar)
 
   def text_segment(self, image_HxWx3, text_prompt=None) -> str:
     """PERIA's text_segment: the instances of an open-vocabulary text prompt."""
-    image = check_image(image_HxWx3, "text_segment")
-    try:
-      text = parse_text(text_prompt, "text_prompt")
-    except ToolArgumentError as e:
-      return error_text("text_segment", e)
+    image, text = self._text_arguments("text_segment", image_HxWx3, text_prompt)
+    if image is None:
+      return text  # the tool's error text
     return self._segment(image, text, query=text)
 
   def concept_count(self, image_HxWx3, text_prompt=None) -> str:
     """PERIA's concept_count: {"count": n, "instances": [{"bbox_xyxy", "score"}]}."""
-    image = check_image(image_HxWx3, "concept_count")
-    try:
-      text = parse_text(text_prompt, "text_prompt")
-    except ToolArgumentError as e:
-      return error_text("concept_count", e)
+    image, text = self._text_arguments("concept_count", image_HxWx3, text_prompt)
+    if image is None:
+      return text  # the tool's error text
     found = self._proposals(image, text)
     height, width = image.shape[:2]
     instances = self._format(found, height, width, counting=True)
@@ -560,11 +561,9 @@ class SAM3Backend:
     """PERIA's presence_check: scores kept above the presence threshold; confidence is the
     best of them (0 when none), present when it reaches the score threshold, count the
     kept scores that reach it."""
-    image = check_image(image_HxWx3, "presence_check")
-    try:
-      text = parse_text(text_prompt, "text_prompt")
-    except ToolArgumentError as e:
-      return error_text("presence_check", e)
+    image, text = self._text_arguments("presence_check", image_HxWx3, text_prompt)
+    if image is None:
+      return text  # the tool's error text
     raw = self._raw(image[None], [text])
     kept = raw["scores"][0, self._kept(raw["scores"][0], self.config.presence_threshold)]
     confidence = float(kept.max()) if kept.size else 0.0
