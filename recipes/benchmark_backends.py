@@ -271,7 +271,7 @@ class SpatialClawAgent:
   def __init__(self, loop, reconstruction: dict | None = None, sam3: str = "",
                device: str = "cpu"):
     # pylint: disable-next=import-outside-toplevel
-    from jaxspatial.agents.tools import PI3_PIXELS, ModelGeometry
+    from jaxspatial.agents.scene_geometry import PI3_PIXELS, ModelGeometry
     self.loop = loop
     self.reconstruction = dict(reconstruction or {})
     self.sam3, self.device = sam3, device
@@ -303,7 +303,7 @@ class SpatialClawAgent:
 
   def _geometry(self, tasks, row: int, views: int):
     # pylint: disable=import-outside-toplevel
-    from jaxspatial.agents.tools import CloudGeometry
+    from jaxspatial.agents.scene_geometry import CloudGeometry
     if self.model_geometry is not None:
       return self.model_geometry
     if self.geometry_source == "none":
@@ -318,7 +318,7 @@ class SpatialClawAgent:
     """One loop input per question (the rows of `tasks` in order)."""
     # pylint: disable=import-outside-toplevel
     from jaxspatial.agents.loop import EpisodeInput
-    from jaxspatial.agents.tools import SAM3Segmenter
+    from jaxspatial.agents.segmenters import SAM3Segmenter
     segmenter = SAM3Segmenter(self.sam3, device=self.device) if self.sam3 else None
     out = []
     for row, question in enumerate(questions):

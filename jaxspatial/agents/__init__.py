@@ -28,7 +28,9 @@ Modules:
 - prompts.py (our wording), feedback.py (the feedback turn: status, capped output 1,000 + 3,000,
   filtered stderr, sub-queries, variables, the 500 MB warning, answer, inline images, tool
   counts, checklist; printed text indented so it cannot forge a header; condensed failed steps),
-  tools.py (EpisodeTools: Reconstruct (a backend from perception, or the stored cloud and
+  scene_geometry.py (DepthGeometry, CloudGeometry, ModelGeometry, gravity_alignment: where
+  Reconstruct's scene comes from), segmenters.py (InstanceMasks, SAM3Segmenter, identity by
+  mask IoU), vlm_replies.py (locate_reply, split_thinking), tools.py (EpisodeTools: Reconstruct (a backend from perception, or the stored cloud and
   cameras, or synthetic depth; SpatialClaw's frame: +Y up, ground at 0, first camera at X = Z =
   0 looking -Z), RenderView / RenderBEV through jaxspatial.render, SAM3 / SAM3.video /
   SAM3.exists (SAM 3, or the synthetic instance maps; identity through frames by mask IoU), OCR

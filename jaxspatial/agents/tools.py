@@ -48,15 +48,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
-import re
 import threading
 from typing import Callable, Sequence
 
 import numpy as np
 
+from jaxspatial.agents.scene_geometry import apply_transform, gravity_alignment
+from jaxspatial.agents.segmenters import link_instances
+from jaxspatial.agents.vlm_replies import locate_reply, split_thinking, strip_thinking
 from jaxspatial.errors import ToolArgumentError
-from jaxspatial.geometry.unproject import unproject_depth
 from jaxspatial.perception.tool_args import (frame_indices, parse_array, parse_image, parse_int,
                                              parse_number, parse_pixel_box, parse_text)
 
@@ -67,8 +67,6 @@ GROUPS = {
     "vlm": ("vlm.locate", "vlm.ask_with_thinking"),
     "utilities": ("Project", "Annotate", "MaskStats"),
 }
-PI3_PIXELS = 255_000       # Pi3's input budget (its own loader's)
-DA3_MODEL = "DA3NESTED-GIANT-LARGE"   # the paper's Reconstruct model
 MAX_POINT_PROMPTS = 16
 MAX_RENDER_SIDE = 1024
 MAX_TEXT_CHARS = 2000
@@ -83,231 +81,6 @@ def resize_long_edge(image: np.ndarray, long_edge: int | None) -> np.ndarray:
   scale = long_edge / max(height, width)
   size = (max(1, round(width * scale)), max(1, round(height * scale)))
   return np.asarray(Image.fromarray(image).resize(size, Image.BICUBIC), np.uint8)
-
-
-# --- geometry ------------------------------------------------------------------------------
-
-@dataclasses.dataclass(frozen=True)
-class FrameGeometry:
-  """Per-frame geometry in a source's own world: depth [n, H, W] (0 = unknown), points
-  [n, H, W, 3] (world), intrinsics [n, 3, 3], c2w [n, 4, 4] (OpenCV axes)."""
-  depth: np.ndarray
-  points: np.ndarray
-  intrinsics: np.ndarray
-  c2w: np.ndarray
-  up: np.ndarray | None        # the source's up axis, when known
-  floor: float | None          # the ground's height along `up`, when known
-  metric: bool
-
-
-def _intrinsic_matrices(cameras) -> np.ndarray:
-  fx, fy = np.asarray(cameras.fx, np.float32), np.asarray(cameras.fy, np.float32)
-  cx, cy = np.asarray(cameras.cx, np.float32), np.asarray(cameras.cy, np.float32)
-  k = np.zeros(fx.shape + (3, 3), np.float32)
-  k[..., 0, 0], k[..., 1, 1], k[..., 0, 2], k[..., 1, 2], k[..., 2, 2] = fx, fy, cx, cy, 1.0
-  return k
-
-
-def _take_cameras(cameras, indices: Sequence[int]):
-  import jax  # pylint: disable=import-outside-toplevel
-  index = np.asarray(indices)
-  return jax.tree.map(lambda x: np.asarray(x)[index], cameras)
-
-
-def _render_cloud(cloud, cameras, height: int, width: int, splat_radius: int = 1):
-  """(point_index [n, H, W], depth [n, H, W]) of a PointCloud seen by cameras [n]."""
-  from jaxspatial.render import render_batch  # pylint: disable=import-outside-toplevel
-  out = render_batch(cloud, cameras, height, width, splat_radius=splat_radius)
-  return np.array(out.point_index), np.array(out.depth, np.float32)  # writable copies
-
-
-def _cloud_points(cloud, index_NxHxW: np.ndarray, depth: np.ndarray) -> np.ndarray:
-  xyz = np.asarray(cloud.xyz, np.float32)
-  points = xyz[np.maximum(index_NxHxW, 0)]
-  points[index_NxHxW < 0] = 0.0
-  depth[index_NxHxW < 0] = 0.0
-  return points
-
-
-class DepthGeometry:
-  """Stored depth maps and cameras of the task's frames (the synthetic scenes'). `up` and
-  `floor`: the world's up axis and the floor's height along it (the synthetic set: +z,
-  0); `metric`: depths in metres."""
-
-  def __init__(self, depths_NxHxW, cameras, up=(0.0, 0.0, 1.0), floor: float | None = 0.0,
-               metric: bool = True):
-    self.depths = np.asarray(depths_NxHxW, np.float32)
-    self.cameras = cameras
-    self.up = None if up is None else np.asarray(up, np.float64)
-    self.floor, self.metric = floor, bool(metric)
-    if self.depths.ndim != 3:
-      raise ValueError(f"DepthGeometry: depths must be [N, H, W], got {self.depths.shape}")
-    if tuple(np.shape(cameras.world_from_camera)) != (len(self.depths), 4, 4):
-      raise ValueError(f"DepthGeometry: expected {len(self.depths)} cameras, got pose shape "
-                       f"{tuple(np.shape(cameras.world_from_camera))}")
-
-  def frames(self, frames_NxHxWx3: np.ndarray, indices: Sequence[int]) -> FrameGeometry:
-    if self.depths.shape[1:] != frames_NxHxWx3.shape[1:3]:
-      raise ToolArgumentError("Reconstruct: the stored depth maps do not match the frames' size")
-    index = np.asarray(indices)
-    depth = np.where(np.isfinite(self.depths[index]), self.depths[index], 0.0).astype(
-        np.float32)
-    k = _intrinsic_matrices(self.cameras)[index]
-    c2w = np.asarray(self.cameras.world_from_camera, np.float32)[index]
-    points = np.empty(depth.shape + (3,), np.float32)
-    for i, z in enumerate(depth):
-      points[i] = unproject_depth(z, k[i], c2w[i])
-      points[i][z <= 0] = 0.0  # no depth: 0, as in the other sources
-    return FrameGeometry(depth, points, k, c2w, self.up, self.floor, self.metric)
-
-
-class CloudGeometry:
-  """A stored cloud (`PointCloud`) and the frames' cameras (`Camera` [N]): each frame's
-  depth and point map are the cloud rendered into its camera (nearest point per pixel)."""
-
-  def __init__(self, cloud, cameras, metric: bool = False, splat_radius: int = 1):
-    self.cloud, self.cameras, self.metric = cloud, cameras, bool(metric)
-    self.splat_radius = int(splat_radius)
-
-  def frames(self, frames_NxHxWx3: np.ndarray, indices: Sequence[int]) -> FrameGeometry:
-    if not bool(np.asarray(self.cloud.valid).any()):
-      raise ToolArgumentError("Reconstruct: this task's stored point cloud is empty")
-    height, width = frames_NxHxWx3.shape[1:3]
-    cameras = _take_cameras(self.cameras, indices)
-    index, depth = _render_cloud(self.cloud, cameras, height, width, self.splat_radius)
-    points = _cloud_points(self.cloud, index, depth)
-    return FrameGeometry(depth, points, _intrinsic_matrices(cameras),
-                         np.asarray(cameras.world_from_camera, np.float32), None, None,
-                         self.metric)
-
-
-def pi3_input_size(height: int, width: int, pixels: int = PI3_PIXELS,
-                   patch: int = 14) -> tuple[int, int]:
-  """(H, W) Pi3 is fed for a frame of (height, width), as Pi3's own loader sizes it: the
-  frame scaled to `pixels` (up or down), each side rounded to a multiple of `patch`, then
-  the side whose rounding overshot the aspect ratio trimmed by a patch until the area fits."""
-  scale = math.sqrt(pixels / (height * width))
-  target_w, target_h = width * scale, height * scale
-  cols, rows = max(1, round(target_w / patch)), max(1, round(target_h / patch))
-  while cols * rows * patch * patch > pixels and (cols > 1 or rows > 1):
-    if rows == 1 or (cols > 1 and cols / rows > target_w / target_h):
-      cols -= 1
-    else:
-      rows -= 1
-  return rows * patch, cols * patch
-
-
-def check_model_folder(backend: str, checkpoint) -> str:
-  """The local model folder (or file) of a named reconstruction backend; a clear error
-  when it is not set or not there, naming what to download and the options that run."""
-  model = {"da3": f"Depth Anything 3 ({DA3_MODEL}, the paper's Reconstruct model: "
-                  f"huggingface.co/depth-anything/{DA3_MODEL})",
-           "pi3": "Pi3 (huggingface.co/yyfz233/Pi3)",
-           "vggt": "VGGT (huggingface.co/facebook/VGGT-1B)"}.get(backend, repr(backend))
-  path = "" if checkpoint is None else os.fspath(checkpoint)
-  where = ("no model folder is set" if not path else
-           f"its model folder {path} does not exist")
-  if path and os.path.exists(path):
-    return path
-  error = FileNotFoundError if path else ValueError
-  raise error(
-      f"tools.Reconstruct: backend {backend!r} needs {model}, but {where}. Download it and "
-      f"pass its folder (reconstruction.checkpoint=..., ModelGeometry(checkpoint=...)), or "
-      f"pick a backend that runs without it: reconstruction.backend='stored' (the "
-      f"benchmark's stored clouds and cameras), 'pi3' with a Pi3 checkpoint, or 'none'")
-
-
-class ModelGeometry:
-  """A reconstructor run on the requested frames (`perception.reconstruct`): a named
-  backend ("da3", the paper's default, "pi3", "vggt") from the local `checkpoint` (checked
-  here: a missing folder is a clear error at once, not at the first call), or an object
-  with reconstruct(frames) -> Reconstruction. Its fused cloud is rendered into its cameras
-  for per-frame depth and points.
-
-  Pi3 is fed frames resized (PIL Lanczos) to `pi3_input_size` within `pi3_pixels`
-  (255,000, Pi3's own loader) in RGB, as Pi3 itself reads images; `pi3_pixels=None` and
-  `channel_order="bgr"` give Think3D's feed (sides rounded up to multiples of 14, BGR).
-  Cameras come back at the frames' own size either way."""
-
-  def __init__(self, backend="da3", checkpoint=None, device: str = "cpu", metric: bool = False,
-               splat_radius: int = 1, pi3_pixels: int | None = PI3_PIXELS, **options):
-    if isinstance(backend, str):
-      checkpoint = check_model_folder(backend, checkpoint)
-    self.backend, self.checkpoint, self.device = backend, checkpoint, device
-    self.metric, self.splat_radius, self.options = bool(metric), int(splat_radius), options
-    self.pi3_pixels = pi3_pixels
-    if backend == "pi3":
-      self.options.setdefault("channel_order", "rgb")
-
-  def frames(self, frames_NxHxWx3: np.ndarray, indices: Sequence[int]) -> FrameGeometry:
-    # pylint: disable-next=import-outside-toplevel
-    from jaxspatial.perception.reconstruction import frame_intrinsics, reconstruct
-    from jaxspatial.geometry import Camera  # pylint: disable=import-outside-toplevel
-    chosen = np.ascontiguousarray(frames_NxHxWx3[np.asarray(indices)])
-    height, width = chosen.shape[1:3]
-    keywords = dict(self.options)
-    if isinstance(self.backend, str):
-      keywords.update(checkpoint=self.checkpoint, device=self.device)
-    fed = chosen
-    if self.backend == "pi3" and self.pi3_pixels:
-      size = pi3_input_size(height, width, self.pi3_pixels)
-      if size != (height, width):
-        from PIL import Image  # pylint: disable=import-outside-toplevel
-        fed = np.stack([np.asarray(Image.fromarray(f).resize(size[::-1], Image.LANCZOS),
-                                   np.uint8) for f in chosen])
-    cloud, cameras = reconstruct(fed, self.backend, **keywords)
-    if fed is not chosen:  # the cameras at the frames' own size
-      k = frame_intrinsics(_intrinsic_matrices(cameras), (height, width),
-                           (*fed.shape[1:3], 0, 0))
-      cameras = Camera.from_matrices(k, np.asarray(cameras.world_from_camera, np.float32))
-    index, depth = _render_cloud(cloud, cameras, height, width, self.splat_radius)
-    points = _cloud_points(cloud, index, depth)
-    return FrameGeometry(depth, points, _intrinsic_matrices(cameras),
-                         np.asarray(cameras.world_from_camera, np.float32), None, None,
-                         self.metric)
-
-
-def _unit(v: np.ndarray) -> np.ndarray | None:
-  norm = float(np.linalg.norm(v))
-  return None if norm < 1e-9 or not math.isfinite(norm) else v / norm
-
-
-def gravity_alignment(c2w_Nx4x4: np.ndarray, points_Mx3: np.ndarray | None = None,
-                      up=None, floor: float | None = None) -> np.ndarray:
-  """The 4x4 transform from a source's world to ours (+Y up, the first camera at X = Z = 0
-  facing -Z, the ground at Y = 0; see the module doc)."""
-  c2w = np.asarray(c2w_Nx4x4, np.float64)
-  up_v = _unit(np.asarray(up, np.float64)) if up is not None else None
-  if up_v is None:
-    up_v = _unit(-c2w[:, :3, 1].sum(0))
-  if up_v is None:
-    up_v = -c2w[0, :3, 1]
-  forward = c2w[0, :3, 2] - (c2w[0, :3, 2] @ up_v) * up_v
-  forward = _unit(forward)
-  if forward is None:  # looking straight up or down: the camera's own down axis instead
-    forward = _unit(c2w[0, :3, 1] - (c2w[0, :3, 1] @ up_v) * up_v)
-  if forward is None:
-    helper = np.eye(3)[int(np.argmin(np.abs(up_v)))]
-    forward = _unit(helper - (helper @ up_v) * up_v)
-  z_axis = -forward
-  x_axis = np.cross(up_v, z_axis)
-  rotation = np.stack([x_axis, up_v, z_axis])  # rows: new axes in old coordinates
-  origin = c2w[0, :3, 3]
-  if floor is None:
-    if points_Mx3 is not None and len(points_Mx3):
-      floor = float(np.percentile(points_Mx3 @ up_v, 2.0))
-    else:
-      floor = float(origin @ up_v)
-  origin = origin - (origin @ up_v - floor) * up_v
-  transform = np.eye(4)
-  transform[:3, :3] = rotation
-  transform[:3, 3] = -rotation @ origin
-  return transform
-
-
-def _apply(transform: np.ndarray, points: np.ndarray) -> np.ndarray:
-  return (points @ transform[:3, :3].T.astype(np.float32)
-          + transform[:3, 3].astype(np.float32)).astype(np.float32)
 
 
 # --- the episode's tools -------------------------------------------------------------------
@@ -325,179 +98,6 @@ class ToolLimits:
   max_project_points: int = 5_000_000
   max_video_objects: int = 20      # objects SAM3.video follows
   video_min_iou: float = 0.3       # mask IoU that carries an identity to the next frame
-
-
-def mask_iou(a_KxHxW: np.ndarray, b_MxHxW: np.ndarray) -> np.ndarray:
-  """IoU [K, M] of two stacks of boolean masks (0 where both are empty)."""
-  a = np.asarray(a_KxHxW, bool).reshape(len(a_KxHxW), -1).astype(np.float32)
-  b = np.asarray(b_MxHxW, bool).reshape(len(b_MxHxW), -1).astype(np.float32)
-  inter = a @ b.T
-  union = a.sum(1)[:, None] + b.sum(1)[None, :] - inter
-  return np.where(union > 0, inter / np.maximum(union, 1.0), 0.0)
-
-
-def link_instances(per_frame: Sequence[Sequence[np.ndarray]], start: int, grow: bool,
-                   min_iou: float = 0.3) -> list[list[int | None]]:
-  """Identity through a frame sequence by mask IoU: tracks[k][t] is the index into
-  per_frame[t] of track k's instance (None: not found there). The tracks begin as the
-  instances at position `start`; matching runs from `start` to the end, then from `start`
-  back to the beginning, each frame's instances against the tracks' latest masks (one-to-one,
-  the assignment with the largest total IoU; pairs under `min_iou` stay apart). With `grow`
-  an instance that matches no track starts a new one (a text prompt finds objects that
-  enter later); without it only the starting instances are followed (a box or points)."""
-  from scipy.optimize import linear_sum_assignment  # pylint: disable=import-outside-toplevel
-  count = len(per_frame)
-  tracks: list[list[int | None]] = []
-  for k in range(len(per_frame[start])):
-    tracks.append([None] * count)
-    tracks[k][start] = k
-  for order in (range(start + 1, count), range(start - 1, -1, -1)):
-    latest = {k: per_frame[start][k] for k in range(len(per_frame[start]))}
-    for t in order:
-      found = list(per_frame[t])
-      matched = set()
-      if latest and found:
-        ids = list(latest)
-        iou = mask_iou(np.stack([latest[k] for k in ids]), np.stack(found))
-        for r, c in zip(*linear_sum_assignment(-iou)):
-          if iou[r, c] >= min_iou:
-            tracks[ids[r]][t] = int(c)
-            latest[ids[r]] = found[c]
-            matched.add(int(c))
-      if grow:
-        for c in range(len(found)):
-          if c not in matched:
-            tracks.append([None] * count)
-            tracks[-1][t] = c
-            latest[len(tracks) - 1] = found[c]
-  return tracks
-
-
-class InstanceMasks:
-  """A segmenter from stored instance maps [N, H, W] (-1 = none) and object names
-  {name: instance id}: a text prompt selects the objects whose name contains it (or the
-  other way round); a box, the instances covering most of it; points, the instances under
-  the positive points and not under a negative one; several prompts, the objects all of
-  them select; none, every object. Identity through frames is the stored ids. For scenes
-  whose instance ids are known (the synthetic set); SAM 3 does this on real images."""
-
-  def __init__(self, instance_NxHxW, names: dict[str, int]):
-    self.instance = np.asarray(instance_NxHxW, np.int32)
-    self.names = {str(k).lower(): int(v) for k, v in names.items()}
-
-  def _chosen(self, frame: int, text, box, points, labels) -> list[int]:
-    ids = self.instance[frame]
-    chosen = sorted(set(int(v) for v in np.unique(ids) if v >= 0))
-    if text is not None:
-      want = " ".join(text.lower().split())
-      named = {i for n, i in self.names.items() if n and (want in n or n in want)}
-      chosen = [i for i in chosen if i in named]
-    if box is not None:
-      x1, y1, x2, y2 = (int(round(c)) for c in box)
-      inside = ids[y1:y2, x1:x2]
-      values, counts = np.unique(inside[inside >= 0], return_counts=True)
-      boxed = {int(v) for v, c in zip(values, counts) if c >= 0.2 * inside.size}
-      chosen = [i for i in chosen if i in boxed]
-    if points is not None:
-      under = [int(ids[min(int(y), ids.shape[0] - 1), min(int(x), ids.shape[1] - 1)])
-               for x, y in points]
-      positive = {u for u, l in zip(under, labels) if l and u >= 0}
-      negative = {u for u, l in zip(under, labels) if not l}
-      chosen = [i for i in chosen if i in positive and i not in negative]
-    return chosen
-
-  def segment(self, frame: int, image: np.ndarray, text: str | None, box, points=None,
-              labels=None) -> list[dict]:
-    del image
-    out = []
-    for instance in self._chosen(frame, text, box, points, labels):
-      mask = self.instance[frame] == instance
-      if mask.any():
-        out.append({"mask": mask, "score": 1.0})
-    return out
-
-  def exists(self, frame: int, image: np.ndarray, text: str) -> tuple[bool, float]:
-    present = bool(self.segment(frame, image, text, None))
-    return present, float(present)
-
-  def segment_video(self, frames: Sequence[int], images, prompt_frame: int, text, box,
-                    points=None, labels=None) -> tuple[list[dict], str]:
-    """([{"masks": {frame: (mask, score)}}] per object, the method's name): the stored ids
-    of the objects the prompts select (in every frame for text alone, else in
-    `prompt_frame`)."""
-    del images
-    if box is None and points is None:
-      ids = sorted({i for f in frames for i in self._chosen(f, text, None, None, None)})
-    else:
-      ids = self._chosen(prompt_frame, text, box, points, labels)
-    out = []
-    for instance in ids:
-      masks = {}
-      for f in frames:
-        mask = self.instance[f] == instance
-        if mask.any():
-          masks[f] = (mask, 1.0)
-      out.append({"masks": masks})
-    return out, "stored instance ids"
-
-
-class SAM3Segmenter:
-  """SAM 3 (`perception.segmentation.SAM3Backend`) from a model folder or a backend.
-  Text and a box go to SAM 3 as prompts (a box alone: SAM 3's exemplar prompt, every
-  instance like the boxed one); points pick, among SAM 3's instances for the text or box
-  (or every object, the backend's auto prompt), those whose mask holds every positive
-  point and no negative one (SAM3Backend takes no point prompts). `exists`: any instance
-  scoring above the threshold."""
-
-  def __init__(self, source, device: str = "cpu", score_threshold: float | None = None):
-    self.source, self.device, self.score_threshold = source, device, score_threshold
-    self._backend = None
-    self._lock = threading.Lock()
-
-  def backend(self):
-    from jaxspatial.perception import tools as perception_tools  # pylint: disable=import-outside-toplevel
-    with self._lock:
-      if self._backend is None:
-        if isinstance(self.source, (str, bytes)) or hasattr(self.source, "__fspath__"):
-          self._backend = perception_tools.load_backend("sam3", self.source,
-                                                        device=self.device)
-        else:
-          self._backend = self.source
-      return self._backend
-
-  def _padded(self, image: np.ndarray, text, box, mask_size) -> dict:
-    from jaxspatial.perception.segmentation import GRID  # pylint: disable=import-outside-toplevel
-    backend = self.backend()
-    height, width = image.shape[:2]
-    config = dataclasses.replace(backend.config, mask_size=mask_size)
-    grid_box = None
-    if box is not None:
-      grid_box = np.asarray([[box[0] * GRID / width, box[1] * GRID / height,
-                              box[2] * GRID / width, box[3] * GRID / height]])
-    return backend.with_config(config).segment_padded(image[None], text_prompt=text,
-                                                      boxes_grid_Bx4=grid_box,
-                                                      score_threshold=self.score_threshold)
-
-  def segment(self, frame: int, image: np.ndarray, text: str | None, box, points=None,
-              labels=None) -> list[dict]:
-    del frame
-    out = self._padded(image, text, box, image.shape[:2])
-    found = [{"mask": out["masks"][0, k], "score": float(out["scores"][0, k])}
-             for k in range(int(out["count"][0]))]
-    if points is not None:
-      def picked(mask):
-        inside = [bool(mask[min(int(y), mask.shape[0] - 1), min(int(x), mask.shape[1] - 1)])
-                  for x, y in points]
-        return all(h for h, l in zip(inside, labels) if l) and not any(
-            h for h, l in zip(inside, labels) if not l)
-      found = [item for item in found if picked(item["mask"])]
-    return found
-
-  def exists(self, frame: int, image: np.ndarray, text: str) -> tuple[bool, float]:
-    del frame
-    out = self._padded(image, text, None, (8, 8))
-    count = int(out["count"][0])
-    return count > 0, float(out["scores"][0, :count].max()) if count else 0.0
 
 
 class EpisodeTools:
@@ -564,7 +164,7 @@ class EpisodeTools:
     if len(sample) > 200_000:
       sample = sample[:: len(sample) // 200_000 + 1]
     transform = gravity_alignment(geometry.c2w, sample, geometry.up, geometry.floor)
-    points = _apply(transform, geometry.points.reshape(-1, 3)).reshape(geometry.points.shape)
+    points = apply_transform(transform, geometry.points.reshape(-1, 3)).reshape(geometry.points.shape)
     points[~valid] = 0.0
     c2w = (transform @ geometry.c2w.astype(np.float64)).astype(np.float32)
     colours = self.frames[np.asarray(indices)]
@@ -882,7 +482,7 @@ class EpisodeTools:
               "and height (x to the right, y down), e.g. box [100, 220, 380, 600] point "
               "(240, 410). If it is not in the image, reply NOT VISIBLE. Reply with nothing "
               "else.")
-    reply = _strip_thinking(self._ask(prompt, self._images([index]),
+    reply = strip_thinking(self._ask(prompt, self._images([index]),
                                       f"locate in frame {index}: {description}"))
     boxes, points = locate_reply(reply)
     self._record(f"vlm.locate in frame {index}: {description}",
@@ -974,70 +574,6 @@ def _mask_boxes(masks_KxHxW: np.ndarray) -> np.ndarray:
     if len(rows):
       boxes[k] = [cols.min(), rows.min(), cols.max() + 1, rows.max() + 1]
   return boxes
-
-
-_NUMBER = r"(\d{1,4}(?:\.\d{1,3})?)"
-_BOX = re.compile(r"[\[(]\s*" + r"\s*,\s*".join([_NUMBER] * 4) + r"\s*[\])]")
-_POINT = re.compile(r"[\[(]\s*" + _NUMBER + r"\s*,\s*" + _NUMBER + r"\s*[\])]")
-MAX_LOCATED = 20
-
-
-def locate_reply(reply: str) -> tuple[list, list]:
-  """(boxes [[x1, y1, x2, y2]], points [[x, y]]) on the 0-1000 grid from a vlm.locate reply
-  (both empty: "not visible" or unreadable). A line with a box and no point gives the
-  box's centre as its point."""
-  text = reply[:4000] if isinstance(reply, str) else ""
-  if "not visible" in text.lower():
-    return [], []
-  boxes, points = [], []
-  for line in text.split("\n"):
-    line_boxes, rest, last = [], [], 0
-    for match in _BOX.finditer(line):
-      rest.append(line[last:match.start()])
-      last = match.end()
-      x1, y1, x2, y2 = (float(v) for v in match.groups())
-      if 0 <= x1 < x2 <= 1000 and 0 <= y1 < y2 <= 1000:
-        line_boxes.append([x1, y1, x2, y2])
-    rest.append(line[last:])
-    line_points = [[float(m.group(1)), float(m.group(2))]
-                   for m in _POINT.finditer(" ".join(rest))]
-    line_points = [p for p in line_points if 0 <= p[0] <= 1000 and 0 <= p[1] <= 1000]
-    if line_boxes and not line_points:
-      line_points = [[(b[0] + b[2]) / 2, (b[1] + b[3]) / 2] for b in line_boxes]
-    boxes += line_boxes
-    points += line_points
-  return boxes[:MAX_LOCATED], points[:MAX_LOCATED]
-
-
-_FINAL = re.compile(r"^[ \t>*#_]*final answer[ \t*_]*[:：]", re.IGNORECASE | re.MULTILINE)
-
-
-def split_thinking(reply: str) -> tuple[str, str]:
-  """(thinking, answer) of a vlm.ask_with_thinking reply: a <think>...</think> block is the
-  thinking and what follows the answer; else text up to the last "Final answer:" line is
-  the thinking; else the whole reply is the answer."""
-  text = reply[:200_000] if isinstance(reply, str) else ""
-  lower = text.lower()
-  end = lower.rfind("</think>")
-  if end != -1:
-    thinking = text[:end]
-    opening = thinking.lower().find("<think>")
-    thinking = thinking[opening + len("<think>"):] if opening != -1 else thinking
-    text, answer_part = thinking, text[end + len("</think>"):]
-    final = list(_FINAL.finditer(answer_part))
-    answer = answer_part[final[-1].end():] if final else answer_part
-    return text.strip(), answer.strip()
-  final = list(_FINAL.finditer(text))
-  if final:
-    return text[:final[-1].start()].strip(), text[final[-1].end():].strip()
-  opening = lower.find("<think>")
-  if opening != -1:  # never closed: all thinking, no answer
-    return text[opening + len("<think>"):].strip(), ""
-  return "", text.strip()
-
-
-def _strip_thinking(reply: str) -> str:
-  return split_thinking(reply)[1]
 
 
 # --- documentation for the prompts ---------------------------------------------------------

@@ -20,7 +20,8 @@ from jaxspatial.agents.kernel import Limits
 from jaxspatial.agents.loop import (EpisodeInput, LoopConfig, frames_to_show, run_episode,
                                     run_episodes, sample_frames)
 from jaxspatial.agents.schema import CheckItem
-from jaxspatial.agents.tools import DepthGeometry, InstanceMasks
+from jaxspatial.agents.scene_geometry import DepthGeometry
+from jaxspatial.agents.segmenters import InstanceMasks
 
 CONFIG = SampleConfig(num_points=30_000, width=96, height=72,
                       families=("relative_direction", "closest"))

@@ -10,10 +10,12 @@ import pytest
 from PIL import Image, ImageDraw, ImageFont
 
 from data_pipelines.synthetic.samples import SampleConfig, make_sample
+from jaxspatial.agents import scene_geometry, segmenters, vlm_replies
 from jaxspatial.agents import tools as tool_lib
 from jaxspatial.agents.kernel_program import kernel_path
-from jaxspatial.agents.tools import (CloudGeometry, DepthGeometry, EpisodeTools, InstanceMasks,
-                                     ToolLimits)
+from jaxspatial.agents.scene_geometry import CloudGeometry, DepthGeometry
+from jaxspatial.agents.segmenters import InstanceMasks
+from jaxspatial.agents.tools import EpisodeTools, ToolLimits
 from jaxspatial.errors import ToolArgumentError
 from jaxspatial.perception import tool_args
 
@@ -128,7 +130,7 @@ def test_gravity_alignment_estimates_up_from_cameras():
     pose[:3, :3] = np.stack([right, down, forward], -1)
     pose[:3, 3] = rng.normal(size=3)
     poses.append(pose)
-  transform = tool_lib.gravity_alignment(np.stack(poses))
+  transform = scene_geometry.gravity_alignment(np.stack(poses))
   assert transform[:3, :3] @ up == pytest.approx([0, 1, 0], abs=1e-9)
   new_first = transform @ poses[0]
   assert new_first[:3, 2] == pytest.approx([0, 0, -1], abs=1e-9)
@@ -271,11 +273,11 @@ def test_link_instances_against_a_hand_made_sequence():
   # Frame 1 lists the two squares the other way round; frame 2 loses one, frame 3 adds one.
   per_frame = [[square(0), square(20)], [square(21), square(1)], [square(2)],
                [square(12), square(3)]]
-  assert tool_lib.link_instances(per_frame, 0, grow=True) == [
+  assert segmenters.link_instances(per_frame, 0, grow=True) == [
       [0, 1, 0, 1], [1, 0, None, None], [None, None, None, 0]]
-  assert tool_lib.link_instances(per_frame, 0, grow=False) == [[0, 1, 0, 1], [1, 0, None, None]]
-  assert tool_lib.link_instances(per_frame, 2, grow=False) == [[0, 1, 0, 1]]
-  iou = tool_lib.mask_iou(np.stack([square(0)]), np.stack([square(3), square(20)]))
+  assert segmenters.link_instances(per_frame, 0, grow=False) == [[0, 1, 0, 1], [1, 0, None, None]]
+  assert segmenters.link_instances(per_frame, 2, grow=False) == [[0, 1, 0, 1]]
+  iou = segmenters.mask_iou(np.stack([square(0)]), np.stack([square(3), square(20)]))
   assert iou.tolist() == [[pytest.approx(3 / 9), 0.0]]
 
 
@@ -329,10 +331,10 @@ def test_vlm_tools_through_the_loop_model(sample):
     _tools(sample).vlm_locate(0, "x")
   hidden = _tools(sample, ask=lambda q, i, thinking=False: "NOT VISIBLE").vlm_locate(0, "a cat")
   assert not hidden["visible"] and hidden["boxes"] == [] and hidden["points"] == []
-  assert tool_lib.locate_reply("(1200, 5)") == ([], [])
-  assert tool_lib.locate_reply("x" * 100_000) == ([], [])
-  assert tool_lib.split_thinking("<think>a</think>\nB") == ("a", "B")
-  assert tool_lib.split_thinking("B") == ("", "B")
+  assert vlm_replies.locate_reply("(1200, 5)") == ([], [])
+  assert vlm_replies.locate_reply("x" * 100_000) == ([], [])
+  assert vlm_replies.split_thinking("<think>a</think>\nB") == ("a", "B")
+  assert vlm_replies.split_thinking("B") == ("", "B")
 
 
 def test_utilities(sample):
@@ -397,7 +399,7 @@ def test_sam3_segmenter_passes_prompts_on_the_grid():
               "count": np.array([1])}
 
   frames = np.zeros((2, 40, 50, 3), np.uint8)
-  tools = EpisodeTools(frames, segmenter=tool_lib.SAM3Segmenter(Fake()))
+  tools = EpisodeTools(frames, segmenter=segmenters.SAM3Segmenter(Fake()))
   found = tools.SAM3(frame=0, box=[5, 10, 25, 40])
   assert calls[0][0] == (1, 40, 50, 3) and calls[0][1] is None
   assert np.allclose(calls[0][2], [[100, 250, 500, 1000]]) and calls[0][3] == (40, 50)
@@ -426,14 +428,14 @@ def test_model_geometry_through_perception_reconstruct(sample):
       seen.append(index)
       cloud = sample.room.cloud
       keep = np.asarray(cloud.valid)
-      k = tool_lib._intrinsic_matrices(sample.cameras)[index]  # pylint: disable=protected-access
+      k = scene_geometry._intrinsic_matrices(sample.cameras)[index]  # pylint: disable=protected-access
       return Reconstruction(
           xyz=np.asarray(cloud.xyz)[keep], rgb=np.asarray(cloud.rgb)[keep],
           valid=np.ones(int(keep.sum()), bool),
           cameras_c2w=np.asarray(sample.cameras.world_from_camera)[index], intrinsics=k,
           image_size=sample.rgb.shape[1:3])
 
-  model = EpisodeTools(sample.rgb, geometry=tool_lib.ModelGeometry(Room())).Reconstruct(
+  model = EpisodeTools(sample.rgb, geometry=scene_geometry.ModelGeometry(Room())).Reconstruct(
       frames=[2, 1])
   stored = _tools(sample).Reconstruct(frames=[2, 1])
   assert seen == [[2, 1]] and not model["metric"]
@@ -448,13 +450,13 @@ def test_reconstruct_defaults_to_da3_and_says_what_runs(tmp_path):
   for kwargs, error in (({}, ValueError), ({"checkpoint": tmp_path / "missing"},
                                            FileNotFoundError)):
     with pytest.raises(error) as raised:
-      tool_lib.ModelGeometry(**kwargs)
+      scene_geometry.ModelGeometry(**kwargs)
     message = str(raised.value)
     for part in ("'da3'", "DA3NESTED-GIANT-LARGE", "'stored'", "'pi3'"):
       assert part in message, part
   assert str(tmp_path / "missing") in message
   (tmp_path / "da3").mkdir()
-  assert tool_lib.ModelGeometry(checkpoint=tmp_path / "da3").backend == "da3"
+  assert scene_geometry.ModelGeometry(checkpoint=tmp_path / "da3").backend == "da3"
 
 
 @pytest.mark.parametrize("height, width, expected", [
@@ -466,7 +468,7 @@ def test_reconstruct_defaults_to_da3_and_says_what_runs(tmp_path):
     (72, 96, (434, 574)),     # small frames are scaled up, as Pi3's loader does
 ])
 def test_pi3_input_size_fits_its_pixel_budget(height, width, expected):
-  size = tool_lib.pi3_input_size(height, width)
+  size = scene_geometry.pi3_input_size(height, width)
   assert size == expected
   assert size[0] % 14 == 0 and size[1] % 14 == 0 and size[0] * size[1] <= 255_000
 
@@ -485,7 +487,7 @@ def test_pi3_is_fed_its_pixel_budget_and_cameras_come_back_at_frame_size(sample,
       index = [1, 2]
       cloud = sample.room.cloud
       keep = np.asarray(cloud.valid)
-      k = tool_lib._intrinsic_matrices(sample.cameras)[index].astype(np.float64)  # pylint: disable=protected-access
+      k = scene_geometry._intrinsic_matrices(sample.cameras)[index].astype(np.float64)  # pylint: disable=protected-access
       sx, sy = frames.shape[2] / 96, frames.shape[1] / 72   # the frames' K at the model size
       k[:, 0, 0] *= sx
       k[:, 1, 1] *= sy
@@ -503,7 +505,7 @@ def test_pi3_is_fed_its_pixel_budget_and_cameras_come_back_at_frame_size(sample,
 
   monkeypatch.setattr(reconstruction, "load_reconstructor", load)
   (tmp_path / "pi3").mkdir()
-  geometry = tool_lib.ModelGeometry("pi3", tmp_path / "pi3")
+  geometry = scene_geometry.ModelGeometry("pi3", tmp_path / "pi3")
   result = EpisodeTools(sample.rgb, geometry=geometry).Reconstruct(frames=[1, 2])
   assert seen["shape"] == (2, 434, 574, 3) and seen["backend"] == "pi3"
   assert seen["options"] == {"channel_order": "rgb"}
@@ -512,7 +514,7 @@ def test_pi3_is_fed_its_pixel_budget_and_cameras_come_back_at_frame_size(sample,
   assert both.mean() > 0.5
   assert np.median(np.abs(result["depth"][both] - stored["depth"][both])) < 0.05
   # Think3D's sizing instead: the frames as they are (Pi3's adapter rounds up to 14s).
-  think3d = tool_lib.ModelGeometry("pi3", tmp_path / "pi3", pi3_pixels=None,
+  think3d = scene_geometry.ModelGeometry("pi3", tmp_path / "pi3", pi3_pixels=None,
                                    channel_order="bgr")
   EpisodeTools(sample.rgb, geometry=think3d).Reconstruct(frames=[1, 2])
   assert seen["shape"] == (2, 72, 96, 3) and seen["options"] == {"channel_order": "bgr"}
