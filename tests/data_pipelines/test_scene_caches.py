@@ -100,5 +100,5 @@ def test_bad_sets_are_named_or_skipped(benchmark, tmp_path):
                                log=lambda _: None)
   assert (summary["written"], summary["failed"]) == (2, 1)
   assert read_manifest(tmp_path / "b")["failed"][0]["images"][1] == "other_all_image/d.png"
-  with pytest.raises(ValueError, match=r"benchmark: expected one of \('mindcube', 'blink'\)"):
+  with pytest.raises(ValueError, match=r"benchmark: expected one of \('mindcube', 'mindcube_tiny', 'blink_mv'\)"):
     reconstruct_benchmark("vsibench", path, tmp_path / "c", reconstructor=Counted())
