@@ -42,7 +42,7 @@ def sample_panel(sample, max_views: int = 4, text_width: int = 110) -> Image.Ima
   return panel
 
 
-def main(argv) -> pathlib.Path:
+def main(argv) -> None:
   del argv
   config = SampleConfig(width=192, height=144)
   panels = [sample_panel(make_sample(_SPLIT.value, i, RIGS[i % len(RIGS)], config))
@@ -57,7 +57,6 @@ def main(argv) -> pathlib.Path:
   out.parent.mkdir(parents=True, exist_ok=True)
   sheet.save(out)
   print(f"{len(panels)} samples: {out.resolve()}")
-  return out
 
 
 if __name__ == "__main__":

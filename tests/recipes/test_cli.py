@@ -41,3 +41,10 @@ def test_help_exits_zero():
   done = launch("launch.build_benchmark", "--help")
   assert done.returncode == 0, done.stderr[-2000:]
   assert "--data_dir" in done.stdout and "--benchmark" in done.stdout
+
+
+def test_a_tool_that_succeeds_exits_zero(tmp_path):
+  """absl passes main's return value to sys.exit: a main returning anything but None fails."""
+  done = launch("launch.show_samples", "--count", "1", "--out", str(tmp_path / "s.png"))
+  assert done.returncode == 0, done.stderr[-2000:]
+  assert (tmp_path / "s.png").stat().st_size > 0
