@@ -67,9 +67,9 @@ recipes: $(RUNTIME_STAMP) system-deps
 	$(PY) -m launch.train --config configs/peria_or_gigpo.py:cpu
 
 # Two pytest workers (pytest-xdist), whole files per worker: module fixtures stay shared.
-# On 2 CPU cores the suite takes 11-20 minutes (1,129 tests: 20m04s of pytest on a clean
-# clone at 5d12e27 on a day this machine ran ~1.5x slower than at fda6d8d, 1,110 tests in
-# 10m57s; CI's budget is 25 minutes, see WORKSPACE); the 30 slowest are printed. The heaviest directories are collected
+# On 2 CPU cores the suite takes 11-21 minutes (1,173 tests: 20m50s of pytest on a clean
+# clone at 8c9d151; CI's budget is 25 minutes, see tests/__init__.py: trim before adding);
+# the 30 slowest are printed. The heaviest directories are collected
 # first so both workers finish together. A test past ~20 s goes to slow-tests.
 TEST_WORKERS ?= 2
 test: $(DEV_STAMP) system-deps

@@ -24,7 +24,8 @@ every test here ran 1.3-1.8x slower: near the budget, trim before adding); `make
 took 28m16s on a clean clone (91 passed, with other work beside it). `--durations=30` prints the
 slowest: a new test past ~20 s shares a fixture or goes to slow-tests (`@pytest.mark.slow`) or
 another make target (`make train-checks`: the `recipe_checks` marker; `make recipes`, `make
-thinker3d`); pyproject's addopts exclude both markers. The heaviest files are collected first so
+thinker3d`); pyproject's addopts exclude both markers. Latest: 1,173 tests in 20m50s of pytest on a clean clone at 8c9d151 (24m09s with the
+install), with the trainer golden test (91 s) and the README blocks (51 s) added. The heaviest files are collected first so
 the two workers finish together.
 """
 
