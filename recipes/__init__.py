@@ -8,6 +8,9 @@ Adding a recipe is one module with an `Experiment` subclass and one line in RECI
 `launch.export` writes a run's policy as a Hugging Face folder (recipes/export.py).
 
 Modules:
+- cli.py (the launch tools' one entry: absl flags, a config mistake in one line, --help exits
+  0; define_flags / flag_values: a dataclass of options as flags), benchmark_command.py
+  (launch.eval --benchmark: BenchmarkOptions, the backend, agent config and judge, run, report)
 - the experiments the trainer runs, by the config's `recipe` key (RECIPES):
 - look_around.py (the main job, configs/demo.py), agents.py (Think3D-RL, Act3D, PERIA: a Hugging
   Face policy, TFDS tasks (synthetic or a prepared benchmark:

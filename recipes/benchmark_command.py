@@ -38,6 +38,7 @@ import importlib
 import json
 import sys
 
+from jaxspatial.errors import InputError
 from jaxspatial.eval.report import failures_line
 
 # The paper config whose agent block `--agent` takes.
@@ -96,7 +97,7 @@ class BenchmarkOptions:
                                     "for good; they score 0 and are counted)")
 
 
-class UsageError(ValueError):
+class UsageError(InputError):
   """A combination of options that cannot run; launch.eval shows it with the usage."""
 
 

@@ -13,8 +13,7 @@ import numpy as np
 import pytest
 
 import recipes
-from configs import demo
-from jaxspatial.train import read_jsonl
+from tests.train.tiny_demo import demo_config, step_metrics
 
 # About 5 CPU-minutes; `make train-checks` runs it with every recipe's fault checks.
 pytestmark = pytest.mark.recipe_checks
@@ -28,27 +27,10 @@ SMALL = {"model.hidden": 64, "model.intermediate": 128, "model.layers": 1,
          # beta > 0: a resumed run must also restore the frozen reference policy exactly
          "objective.beta": 0.04, "checkpoint.every": 1, "checkpoint.keep": 10,
          "evaluate": False, "snapshot_every": 0, "log_every": 1}
-TIMING = ("time", "rl/tokens_per_s")
 
 
 def tiny_config(workdir):
-  c = demo.get_config()
-  c.workdir = str(workdir)
-  for key, value in SMALL.items():
-    *parents, name = key.split(".")
-    node = c
-    for parent in parents:
-      node = node[parent]
-    node[name] = value
-  return c
-
-
-def _rows(workdir) -> dict:
-  """{step: the step's metrics without timings}; each step exactly once."""
-  rows = read_jsonl(pathlib.Path(workdir) / "metrics.jsonl")
-  steps = [row["step"] for row in rows]
-  assert len(steps) == len(set(steps)), steps
-  return {row["step"]: {k: v for k, v in row.items() if k not in TIMING} for row in rows}
+  return demo_config(workdir, SMALL)
 
 
 def _same_run(got: dict, expected: dict) -> None:
@@ -69,7 +51,7 @@ def _saved(workdir) -> list[int]:
 def straight(tmp_path_factory):
   workdir = tmp_path_factory.mktemp("straight")
   recipes.train(tiny_config(workdir))
-  rows = _rows(workdir)
+  rows = step_metrics(workdir)
   assert sorted(rows) == list(range(1, 7))
   kl = [rows[s]["rl/kl"] for s in range(4, 7)]
   assert kl[0] == pytest.approx(0.0, abs=1e-6) and kl[-1] > 0
@@ -84,9 +66,9 @@ def test_a_killed_run_resumes_exactly(tmp_path, straight):
                            "configs/demo.py", *overrides], cwd=ROOT, capture_output=True,
                           text=True, timeout=900, env=dict(os.environ, JAX_PLATFORMS="cpu"))
   assert result.returncode == -9, result.stderr[-3000:]  # SIGKILL
-  assert max(_rows(killed)) == 4 and max(_saved(killed)) == 4
+  assert max(step_metrics(killed)) == 4 and max(_saved(killed)) == 4
   recipes.train(tiny_config(killed))  # resumes from step 4
-  _same_run(_rows(killed), straight)
+  _same_run(step_metrics(killed), straight)
 
 
 def test_nan_sigterm_and_config_changes(tmp_path, straight):
@@ -112,4 +94,4 @@ def test_nan_sigterm_and_config_changes(tmp_path, straight):
     recipes.train(fresh)
   c.faults.sigterm_after_step = -1
   recipes.train(c)  # resumes from 5 with finite parameters and finishes
-  _same_run(_rows(tmp_path), straight)
+  _same_run(step_metrics(tmp_path), straight)

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 import recipes
-from configs import demo
-from jaxspatial.train import Trainer, read_jsonl
+from jaxspatial.train import Trainer
+from tests.train.tiny_demo import demo_config, step_metrics
 
 GOLDEN = pathlib.Path(__file__).with_name("golden") / "trainer_demo_tiny.json"
 TINY = {"model.hidden": 64, "model.intermediate": 128, "model.layers": 1,
@@ -28,30 +28,16 @@ TINY = {"model.hidden": 64, "model.intermediate": 128, "model.layers": 1,
         # checked by tests/train/test_train_job.py (make train-checks)
         "objective.beta": 0.0, "checkpoint.every": 1, "checkpoint.keep": 3,
         "evaluate": False, "snapshot_every": 0, "log_every": 1}
-# Wall-clock figures vary; a gradient norm of a zero-advantage step is rounding noise.
-UNCHECKED = ("time", "rl/tokens_per_s")
-RTOL, ATOL = 1e-4, 1e-6
+RTOL, ATOL = 1e-4, 1e-6  # a zero-advantage step's gradient norm is rounding noise
 
 
 def tiny_config(workdir):
-  c = demo.get_config()
-  c.workdir = str(workdir)
-  for key, value in TINY.items():
-    *parents, name = key.split(".")
-    node = c
-    for parent in parents:
-      node = node[parent]
-    node[name] = value
-  return c
+  return demo_config(workdir, TINY)
 
 
 def metrics(workdir) -> dict:
-  """{step: {name: value}} from metrics.jsonl; each step must appear exactly once."""
-  rows = read_jsonl(pathlib.Path(workdir) / "metrics.jsonl")
-  steps = [row["step"] for row in rows]
-  assert len(steps) == len(set(steps)), f"steps logged twice: {steps}"
-  return {str(row["step"]): {k: v for k, v in row.items() if k not in UNCHECKED + ("step",)}
-          for row in rows}
+  """{step (a string, as JSON keys are): metrics without timings}."""
+  return {str(step): row for step, row in step_metrics(workdir).items()}
 
 
 def differences(got: dict, golden: dict) -> list[str]:
