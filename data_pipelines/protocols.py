@@ -148,7 +148,7 @@ PROTOCOLS = {
                         metric=lambda question: "relaxed_accuracy"),
     # HR-Bench: fine-grained single-instance (FSP) and cross-instance (FCP) perception,
     # overall their mean.
-    # With a judge (`--judge_endpoint`), HR-Bench's scorer: an LLM's yes / no on each answer.
+    # With a judge (`--judge_url`), HR-Bench's scorer: an LLM's yes / no on each answer.
     "hrbench": Protocol("hrbench", columns=HRBENCH_TYPES,
                         labels=dict(zip(HRBENCH_TYPES, ("FSP", "FCP"))), overall="macro",
                         groups={"single": ("single", "single_instance"),

@@ -9,7 +9,7 @@ Modules:
   --best, as a Hugging Face folder --out; prints the folder and step),
 - eval.py --benchmark (recipes.benchmark_run: --checkpoint policy folder or --endpoint URL
   --model, --agent think3d|act3d|peria|none (its paper config's agent block, or --config's),
-  --seeds, --judge_endpoint),
+  --seeds, --judge_url),
 - build_benchmark.py (SpatialBenchmark: --benchmark NAME --source DIR --data-dir DIR; prints
   scenes, questions and questions per category),
 - serve.py (jaxspatial.serving.load_server: a policy folder as an OpenAI-compatible

@@ -23,7 +23,9 @@ keeps both). Answers are scored as each benchmark's official evaluation code rea
 `--letter_rule` / `--extract` pick a named option (a paper's own script, the strict
 letter). An endpoint's key is read from the environment variable `--api_key_env` names; by
 default $OPENAI_API_KEY, and only for api.openai.com (any other host gets no key unless
-named). `--judge_endpoint URL --judge_model NAME`: open answers (ScanQA, SQA3D) scored by
+named). The judge is the config's `judge` block (its keys as in training:
+`judge.url`, `judge.model`, `judge.api_key_env`, ...); `--judge_url URL --judge_model NAME`
+(and `--judge_api_key_env`) set those keys: open answers (ScanQA, SQA3D) scored by
 an LLM judge's verdict (Act3D's evaluation judge: temperature 0, 4 tokens); HR-Bench's
 every answer by the judge's yes / no, as HR-Bench's own scorer does. Think3D on a
 benchmark built without clouds: `--config.reconstruction.backend=pi3
@@ -81,11 +83,13 @@ class BenchmarkOptions:
   api_key_env: str = _option("auto", "the environment variable holding the endpoint's key "
                              "(auto: $OPENAI_API_KEY, sent only to api.openai.com; '' for none)")
   tools_only: bool = _option(False, "skip the no-tools setting")
-  judge_endpoint: str | None = _option(None, "an OpenAI-compatible judge of open answers "
-                                       "(Act3D: Qwen3-30B-A3B-Instruct)")
-  judge_model: str | None = _option(None, "the judge endpoint's model")
-  judge_api_key_env: str = _option("auto", "the environment variable holding the judge's key "
-                                   "(auto: $OPENAI_API_KEY, sent only to api.openai.com)")
+  judge_url: str | None = _option(None, "judge.url: an OpenAI-compatible judge of open "
+                                  "answers (Act3D: Qwen3-30B-A3B-Instruct)")
+  judge_model: str | None = _option(None, "judge.model: the judge endpoint's model")
+  judge_api_key_env: str | None = _option(None, "judge.api_key_env: the environment variable "
+                                          "holding the judge's key (default: the config's, "
+                                          "else auto: $OPENAI_API_KEY, sent only to "
+                                          "api.openai.com)")
   letter_rule: str | None = _option(
       None, "how option letters are read (default: the benchmark's official evaluation code; "
       "think3d / thinker3d: those papers' own scripts, letter: the strict leading letter)",
@@ -112,6 +116,21 @@ def agent_config(options: BenchmarkOptions, config, config_given: bool, override
     return None
   return config if config_given else importlib.import_module(
       AGENT_CONFIGS[options.agent]).get_config("reference")
+
+
+def judge_block(options: BenchmarkOptions, config=None) -> dict:
+  """The judge's settings: the config's `judge` block (training's keys) with the
+  `--judge_*` flags over it."""
+  block = dict(config.judge) if config is not None and "judge" in config else {}
+  if block.pop("checkpoint", "") and not (options.judge_url or block.get("url")):
+    raise UsageError("judge.checkpoint (a policy judging inside training rollouts) does not "
+                     "judge benchmark answers: pass --judge_url URL --judge_model NAME")
+  given = {"url": options.judge_url, "model": options.judge_model,
+           "api_key_env": options.judge_api_key_env}
+  block.update({k: v for k, v in given.items() if v is not None})
+  if block.get("api_key_env") == "":
+    block["api_key_env"] = None
+  return block
 
 
 def run(options: BenchmarkOptions, checkpoint: str | None, split: str | None,
@@ -142,11 +161,10 @@ def run(options: BenchmarkOptions, checkpoint: str | None, split: str | None,
   else:
     backend = PolicyBackend(checkpoint, temperature=options.temperature,
                             rollout=evaluation_rollout(config) if config is not None else {})
+  block = judge_block(options, config)
   judge = None
-  if options.judge_endpoint:
-    judge = make_judge({"url": options.judge_endpoint, "model": options.judge_model or "",
-                        "api_key_env": options.judge_api_key_env or None},
-                       "hrbench" if options.benchmark == "hrbench" else
+  if block.get("url"):
+    judge = make_judge(block, "hrbench" if options.benchmark == "hrbench" else
                        "peria" if options.agent == "peria" else "act3d_eval")
   rules = {k: v for k, v in (("letter_rule", options.letter_rule),
                              ("extract", options.extract)) if v is not None}

@@ -372,9 +372,9 @@ def test_scanqa_act3d_episodes_judged(tmp_path):
     done = _run("launch.eval", "--benchmark", "scanqa", "--data_dir", str(tmp_path / "data"),
                 "--endpoint", agent_server.base_url, "--model", "scripted", "--agent",
                 "act3d", "--seeds", "1", "--out", str(out), "--api_key_env",
-                "JAXSPATIAL_TEST_UNSET_KEY", "--judge_endpoint", judge_server.base_url,
-                "--judge_model", "judge", "--judge_api_key_env", "JAXSPATIAL_TEST_UNSET_KEY",
-                "--config", "configs/act3d_grpo.py:cpu")
+                "JAXSPATIAL_TEST_UNSET_KEY", "--judge_url", judge_server.base_url,
+                "--config", "configs/act3d_grpo.py:cpu", "--config.judge.model=judge",
+                "--config.judge.api_key_env=JAXSPATIAL_TEST_UNSET_KEY")
     judged = len(judge_server.requests)
   assert done.returncode == 0, done.stderr[-3000:]
   assert judged == 2 * len(rows)  # every answer of both settings went to the judge

@@ -48,3 +48,20 @@ def test_a_tool_that_succeeds_exits_zero(tmp_path):
   done = launch("launch.show_samples", "--count", "1", "--out", str(tmp_path / "s.png"))
   assert done.returncode == 0, done.stderr[-2000:]
   assert (tmp_path / "s.png").stat().st_size > 0
+
+
+def test_the_judge_is_the_config_block_with_the_flags_over_it():
+  """launch.eval --benchmark's judge: training's `judge` keys, `--judge_*` setting them."""
+  from configs import act3d_grpo  # pylint: disable=import-outside-toplevel
+  from recipes.benchmark_command import (BenchmarkOptions, UsageError,  # pylint: disable=import-outside-toplevel
+                                         judge_block)
+  c = act3d_grpo.get_config("reference")
+  c.judge.url, c.judge.model, c.judge.retries = "http://a/v1", "config-model", 7
+  block = judge_block(BenchmarkOptions(judge_model="flag-model", judge_api_key_env=""), c)
+  assert (block["url"], block["model"], block["api_key_env"], block["retries"]) == (
+      "http://a/v1", "flag-model", None, 7)
+  assert judge_block(BenchmarkOptions(judge_url="http://b/v1"))["url"] == "http://b/v1"
+  assert judge_block(BenchmarkOptions()) == {}
+  c.judge.url, c.judge.checkpoint = "", "some/policy"
+  with pytest.raises(UsageError, match="judge.checkpoint"):
+    judge_block(BenchmarkOptions(), c)
