@@ -105,6 +105,7 @@ bench: $(DEV_STAMP) system-deps
 	$(PY) -m benchmarks.loading_bench
 	$(PY) -m benchmarks.rollout_bench
 	$(PY) -m benchmarks.train_bench
+	$(PY) -m benchmarks.rl_step_bench
 	$(PY) -m benchmarks.perception_bench
 	$(PY) -m benchmarks.claw_bench
 	$(PY) -m benchmarks.prefix_bench

@@ -77,8 +77,10 @@ def base(name: str, agent: str, variant: str) -> ml_collections.ConfigDict:
                optimizer=dict(learning_rate=1e-5, warmup_ratio=0.0, clip_norm=1.0,
                               weight_decay=0.0, decay="cosine", final_fraction=0.1,
                               weight_decay_mask="all"))
+  # rl.share_prompts: a group's prompt is prefilled once and its cache repeated to the
+  # group's rows (False: every row prefills its own copy, the earlier path, for benchmarks).
   c.rl = dict(steps=500, data_epochs=1.0, prompts=16, mini_batches=1, epochs=1,
-              micro_batches=1,
+              micro_batches=1, share_prompts=True,
               optimizer=dict(learning_rate=1e-6, warmup_ratio=0.0, clip_norm=1.0,
                              weight_decay=0.0, decay="cosine", final_fraction=0.1,
                              weight_decay_mask="all"))

@@ -34,7 +34,8 @@ def get_config() -> ml_collections.ConfigDict:
   # The phases; `optimizer` is jaxspatial.train.OptimizerConfig (total_steps: the phase's).
   c.sft = dict(steps=400, batch=16, micro_batches=1,
                optimizer=dict(learning_rate=3e-3, warmup_steps=20, clip_norm=1.0))
-  c.rl = dict(steps=120, prompts=8, mini_batches=1, epochs=1, micro_batches=1,
+  # rl.share_prompts: each group's prompt prefilled once (False: once per row, for benchmarks).
+  c.rl = dict(steps=120, prompts=8, mini_batches=1, epochs=1, micro_batches=1, share_prompts=True,
               optimizer=dict(learning_rate=2e-4, warmup_steps=5, clip_norm=1.0))
   c.objective = dict(epsilon_low=0.2, epsilon_high=0.2, beta=0.0,     # PolicyLossConfig
                      aggregation="sequence-mean-token-mean")

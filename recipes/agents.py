@@ -28,12 +28,12 @@ from jaxspatial import models
 from jaxspatial.eval import summarize
 from jaxspatial.models import Precision, memory, model_options, resolve_attention
 from jaxspatial.models.sharding import HostRows, global_batch, local_rows
-from jaxspatial.rl.objectives import PolicyLossConfig
 from jaxspatial.rollout import AgentRollout, episode, make_agent, tiny
 from jaxspatial.rollout.contract import on_device
 from jaxspatial.rollout.viewer import trajectory_html
-from jaxspatial.train import (AdvantageConfig, Experiment, ExportedPolicy, OptimizerConfig,
-                              Phase, RolloutBatch, StepConfig, TrainBatch, trainable)
+from jaxspatial.train import (Experiment, ExportedPolicy, OptimizerConfig, Phase, RolloutBatch,
+                              StepConfig, TrainBatch, trainable)
+from recipes.common import grpo_phase
 
 
 def load_policy(c):
@@ -310,11 +310,7 @@ def make_phases(c, rl_step_count: int) -> list[Phase]:
   return [
       Phase("sft", c.sft.steps, OptimizerConfig(**c.sft.optimizer),
             StepConfig(objective="sft", micro_batches=c.sft.micro_batches), wrt),
-      Phase("rl", rl_step_count, OptimizerConfig(**c.rl.optimizer),
-            StepConfig(objective="grpo", temperature=c.rollout.temperature,
-                       micro_batches=c.rl.micro_batches, loss=PolicyLossConfig(**c.objective)),
-            wrt, reference="frozen", advantage=AdvantageConfig(**c.advantage),
-            mini_batches=c.rl.mini_batches, epochs=c.rl.epochs)]
+      grpo_phase(c, rl_step_count, wrt)]
 
 
 class TeacherData:
@@ -362,10 +358,10 @@ class TeacherData:
     forced = recipe.run.forced([t for _, _, t in chosen])
     # A replay's reward is unused: no judge requests (an LLM judge would bill every one).
     traj = recipe.run(recipe.model, _stack(tasks), jax.random.PRNGKey(step), forced=forced,
-                      judged=False, mesh=recipe.mesh)
+                      judged=False, mesh=recipe.mesh, replay=True)
     names = [f"{self.path}: scene {int(self.source[scene]['scene_seed'])} question {question}"
              for scene, question, _ in chosen]
-    episode.check_replay(jax.tree.map(local_rows, traj), forced, names, recipe.tokenizer)
+    episode.check_replay(HostRows(traj), forced, names, recipe.tokenizer)
     return TrainBatch.from_trajectory(traj)
 
 
@@ -503,7 +499,8 @@ class AgentRecipe(Experiment):
     c = self.c
     tasks, _ = next(self.data_iterator)
     tasks = jax.tree.map(lambda x: np.repeat(x, c.advantage.group_size, axis=0), tasks)
-    traj = self.run(self.model, tasks, key, mesh=self.mesh)
+    traj = self.run(self.model, tasks, key, mesh=self.mesh,
+                    group=c.advantage.group_size if c.rl.share_prompts else 1)
     rewards = self.rewards(traj, tasks)
     metrics = dict(traj.metrics())
     metrics.update(reward=jnp.mean(rewards), tokens=jnp.sum(traj.loss_mask),

@@ -1,12 +1,39 @@
-"""Pieces the recipes share: the small Qwen2.5-VL-shaped policy of the CPU configs and the
-rows of a global batch each process evaluates."""
+"""Pieces the recipes share: the small Qwen2.5-VL-shaped policy of the CPU configs, the
+rows of a global batch each process evaluates, and the GRPO phase of the agent recipes."""
 
 from __future__ import annotations
 
 import numpy as np
+from flax import nnx
 
+from jaxspatial.models.precision import Precision
 from jaxspatial.models.qwen2_5_vl.config import Qwen25VLConfig, TextConfig, VisionConfig
+from jaxspatial.rl.objectives import PolicyLossConfig
 from jaxspatial.rollout import tiny
+from jaxspatial.rollout.episode import RolloutConfig, reshaped_by
+from jaxspatial.train import AdvantageConfig, OptimizerConfig, Phase, StepConfig
+
+
+def grpo_phase(c, steps: int, trainable=nnx.Param) -> Phase:
+  """The RL phase of an agent recipe (GRPO or OR-GIGPO over `c.rollout`'s rollouts) from
+  the config. `rl.old_logprobs` "rollout" takes the rollout's log-probabilities as the
+  old ones: refused where they are not the policy's own (a sampling filter, a cache in
+  another precision than the computation)."""
+  old = c.rl.get("old_logprobs", "recompute")
+  if old == "rollout":
+    precision = Precision.from_config(c.model)
+    reasons = reshaped_by(RolloutConfig(**c.rollout)) + (
+        (f"model.cache_dtype {precision.cache_dtype!r} (computing in {precision.dtype!r})",)
+        if precision.cache_dtype != precision.dtype else ())
+    if reasons:
+      raise ValueError(f"rl.old_logprobs 'rollout': the rollout's log-probabilities are not "
+                       f"the policy's own under {', '.join(reasons)}; use 'recompute'")
+  return Phase("rl", steps, OptimizerConfig(**c.rl.optimizer),
+               StepConfig(objective="grpo", temperature=c.rollout.temperature,
+                          micro_batches=c.rl.micro_batches,
+                          loss=PolicyLossConfig(**c.objective)),
+               trainable, reference="frozen", advantage=AdvantageConfig(**c.advantage),
+               mini_batches=c.rl.mini_batches, epochs=c.rl.epochs, old_logprobs=old)
 
 
 def small_model_config(m, tokenizer) -> Qwen25VLConfig:

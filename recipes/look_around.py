@@ -22,13 +22,12 @@ from jaxspatial.models import Precision, memory, model_options
 from jaxspatial.models.sharding import global_batch, local_rows
 from jaxspatial.models.qwen2_5_vl.model import Qwen25VL
 from jaxspatial.models.qwen2_5_vl.tokenizer import train_tokenizer
-from jaxspatial.rl.objectives import PolicyLossConfig
 from jaxspatial.rollout import AgentRollout, agents, prompts, tiny
 from jaxspatial.rollout.viewer import trajectory_html
-from jaxspatial.train import (AdvantageConfig, Experiment, ExportedPolicy, OptimizerConfig,
-                              Phase, RolloutBatch, StepConfig, TrainBatch)
+from jaxspatial.train import (Experiment, ExportedPolicy, OptimizerConfig, Phase, RolloutBatch,
+                              StepConfig, TrainBatch)
 from jaxspatial.eval import summarize
-from recipes.common import gather_rows, my_rows, small_model_config
+from recipes.common import gather_rows, grpo_phase, my_rows, small_model_config
 
 SYSTEM = ("Answer with one colour word. To look around, call render_view_tool with "
           "turn_left or turn_right.")
@@ -53,11 +52,7 @@ def make_phases(c) -> list[Phase]:
   return [
       Phase("sft", c.sft.steps, OptimizerConfig(**c.sft.optimizer),
             StepConfig(objective="sft", micro_batches=c.sft.micro_batches)),
-      Phase("rl", c.rl.steps, OptimizerConfig(**c.rl.optimizer),
-            StepConfig(objective="grpo", temperature=c.rollout.temperature,
-                       micro_batches=c.rl.micro_batches, loss=PolicyLossConfig(**c.objective)),
-            reference="frozen", advantage=AdvantageConfig(**c.advantage),
-            mini_batches=c.rl.mini_batches, epochs=c.rl.epochs)]
+      grpo_phase(c, c.rl.steps)]
 
 
 class LookAround(Experiment):
@@ -129,14 +124,17 @@ class LookAround(Experiment):
 
   # -- data --------------------------------------------------------------------------------
 
-  def _rollout(self, split: Split, key, temperature=None, forced=None):
+  def _rollout(self, split: Split, key, temperature=None, forced=None, replay=False,
+               group=1):
     """Compiled rollouts of the global batch `split`: this process runs its rows, the
-    trajectory is global (rows over ('data', 'fsdp'))."""
+    trajectory is global (rows over ('data', 'fsdp')); `group`: consecutive rows repeat
+    one question (prefilled once)."""
     rows = my_rows(len(split.questions))
     mine = split.take(rows)
     return self.run(self.model, mine.tasks, key, prompt_ids=mine.prompt_ids,
                     prompt_mask=mine.prompt_mask, temperature=temperature, mesh=self.mesh,
-                    forced=None if forced is None else np.asarray(forced)[rows])
+                    forced=None if forced is None else np.asarray(forced)[rows],
+                    replay=replay, group=group)
 
   def prepare(self, phase, module):
     if phase.name == "sft" and self.dataset is None:
@@ -156,7 +154,8 @@ class LookAround(Experiment):
     for start in range(0, count, c.sft.batch):
       split = self.train.take(index[start:start + c.sft.batch])
       scripts = [look_around.expert_turns(q, rng) for q in split.questions]
-      traj = self._rollout(split, jax.random.PRNGKey(start), forced=self.run.forced(scripts))
+      traj = self._rollout(split, jax.random.PRNGKey(start), forced=self.run.forced(scripts),
+                           replay=True)
       parts.append(jax.tree.map(local_rows, TrainBatch.from_trajectory(traj)))
     return jax.tree.map(lambda *x: np.concatenate(x), *parts)
 
@@ -173,7 +172,7 @@ class LookAround(Experiment):
     rng = np.random.default_rng([c.seed, 11, step])
     chosen = rng.choice(len(self.train.questions), c.rl.prompts, replace=False)
     split = self.train.take(np.repeat(chosen, c.advantage.group_size))
-    traj = self._rollout(split, key)
+    traj = self._rollout(split, key, group=c.advantage.group_size if c.rl.share_prompts else 1)
     explore = np.asarray([q.needs_exploration for q in split.questions])
     mask = global_batch(explore[my_rows(len(explore))].astype(np.float32), self.mesh)
     judge = traj.reward_components["judge"]

@@ -20,7 +20,8 @@ Modules:
   (embeds, residuals), position_ids, the decoder's init_cache / extend / hidden_states / logits
   over a per-layer cache pytree the family owns), FAMILIES (config.json model_type -> class),
   load_model / load_policy (family from the folder), export
-- sampler.py (prefill / prefill_shared (one prefix for every row) / append (left-padded, or
+- sampler.py (prefill / prefill_shared (one prefix for every row) / repeat_rows (a group's
+  prompt prefilled once, its cache repeated) / append (left-padded, or
   right-padded with `real_length`: the next write goes over the padding) / decode: greedy,
   temperature, top-k, top-p, Hugging Face's repetition penalty, 3DThinker's latent mode feeding
   final hidden states back under jit; the first positions' hidden states): written against the
@@ -93,13 +94,13 @@ from jaxspatial.models.memory import MemoryEstimate
 from jaxspatial.models.policy import (FAMILIES, VisionOutput, export, load_model, load_policy,
                                       model_type, policy_class)
 from jaxspatial.models.sampler import (DecodeState, Generation, SamplingConfig, append, decode,
-                                       generate, prefill)
+                                       generate, prefill, repeat_rows)
 from jaxspatial.models.precision import Precision, model_options
 from jaxspatial.models.sharding import RULES, logical_init, make_mesh, mesh_axes
 
 __all__ = ["FAMILIES", "ChatFormat", "DecodeState", "Generation", "SamplingConfig", "VisionOutput", "append",
            "chat_format", "decode", "export", "generate", "load_model", "load_policy", "model_type",
-           "policy_class", "prefill", "ATTENTION_IMPLEMENTATIONS", "MemoryEstimate", "Precision", "attention", "memory",
+           "policy_class", "prefill", "repeat_rows", "ATTENTION_IMPLEMENTATIONS", "MemoryEstimate", "Precision", "attention", "memory",
            "model_options", "resolve_attention", "RULES", "TINY", "LoRALinear", "LoRATiedHead",
            "Projector3D", "Projector3DConfig", "Thinker3DPolicy",
            "add_latent_tokens", "alignment_loss", "apply_lora", "expand_output_3d",

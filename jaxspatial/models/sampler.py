@@ -199,10 +199,16 @@ def prefill_shared(model, prefix_ids_P: Array, batch: int, capacity: int,
   copied to every row, so `append` then writes each row's own tokens after it."""
   one, _ = prefill(model, prefix_ids_P[None], jnp.ones((1, prefix_ids_P.shape[0]), jnp.int32),
                    capacity, cache_dtype)
-  rows = lambda x: jnp.broadcast_to(x, (batch,) + x.shape[1:])
-  return DecodeState(cache=jax.tree.map(rows, one.cache), valid=rows(one.valid),
-                     next_slot=one.next_slot, next_position=rows(one.next_position),
-                     last_hidden=rows(one.last_hidden), last_token=rows(one.last_token))
+  return repeat_rows(one, batch)
+
+
+def repeat_rows(state: DecodeState, times: int) -> DecodeState:
+  """Each row's cache `times` times, consecutively ([P] rows -> [P * times]): prompts
+  prefilled once and shared by the samples of their group."""
+  rows = lambda x: jnp.repeat(x, times, axis=0)
+  return DecodeState(cache=jax.tree.map(rows, state.cache), valid=rows(state.valid),
+                     next_slot=state.next_slot, next_position=rows(state.next_position),
+                     last_hidden=rows(state.last_hidden), last_token=rows(state.last_token))
 
 
 def append(model, state: DecodeState, input_ids_BxT: Array, attention_mask_BxT: Array,
@@ -220,6 +226,25 @@ def append(model, state: DecodeState, input_ids_BxT: Array, attention_mask_BxT: 
   positions count; the next write starts after them (over the padding, so padding costs
   no cache slots) and the state's last token and hidden state are position
   real_length - 1's."""
+  state, hidden = append_hidden(model, state, input_ids_BxT, attention_mask_BxT, pixel_values,
+                                grids, sequence_grids_BxKx3, vision, real_length)
+  last = _position(hidden, real_length)
+  return state, model.language_model.logits(last).astype(jnp.float32)
+
+
+def _position(segment_BxTx_, real_length: Array | None) -> Array:
+  """The segment's last position (right-padded: position real_length - 1)."""
+  if real_length is None:
+    return segment_BxTx_[:, -1]
+  return jax.lax.dynamic_index_in_dim(segment_BxTx_, real_length - 1, 1, keepdims=False)
+
+
+def append_hidden(model, state: DecodeState, input_ids_BxT: Array, attention_mask_BxT: Array,
+                  pixel_values: Array | None = None, grids=(),
+                  sequence_grids_BxKx3: Array | None = None, vision=None,
+                  real_length: Array | None = None):
+  """`append`, returning the segment's final-norm hidden states [B, T, C] in place of the
+  last position's logits (a replayed turn's log-probabilities need every position's)."""
   text = model.language_model
   embeds, residuals = model.decoder_inputs(input_ids_BxT, pixel_values, grids, vision)
   relative = model.position_ids(input_ids_BxT, attention_mask_BxT,
@@ -235,17 +260,12 @@ def append(model, state: DecodeState, input_ids_BxT: Array, attention_mask_BxT: 
   next_position = jnp.where(jnp.any(real, -1),
                             jnp.max(jnp.where(real[None], positions, -1), axis=(0, 2)) + 1,
                             state.next_position)
-  if real_length is None:
-    written, last_hidden, last_token = length, hidden[:, -1], input_ids_BxT[:, -1]
-  else:
-    written = real_length
-    last_hidden = jax.lax.dynamic_index_in_dim(hidden, real_length - 1, 1, keepdims=False)
-    last_token = jax.lax.dynamic_index_in_dim(input_ids_BxT, real_length - 1, 1,
-                                              keepdims=False)
+  written = length if real_length is None else real_length
   state = DecodeState(cache=cache, valid=valid, next_slot=state.next_slot + written,
-                      next_position=next_position, last_hidden=last_hidden.astype(jnp.float32),
-                      last_token=last_token.astype(jnp.int32))
-  return state, text.logits(last_hidden).astype(jnp.float32)
+                      next_position=next_position,
+                      last_hidden=_position(hidden, real_length).astype(jnp.float32),
+                      last_token=_position(input_ids_BxT, real_length).astype(jnp.int32))
+  return state, hidden
 
 
 def generate(model, input_ids_BxL: Array, attention_mask_BxL: Array, key: Array,

@@ -31,7 +31,8 @@ Modules:
 - registry.py (AGENTS by name, make_agent), runner.py (AgentRollout: an agent's automaton,
   template, RolloutConfig and first prompts; one call compiles and runs the rollout, over the
   mesh when given),
-- episode.py (the compiled episode loop; forced tokens; teacher replay checks),
+- episode.py (the compiled episode loop; forced tokens; teacher replay by segment and its
+  checks; group-shared prompts),
 - trajectory.py (Trajectory), host_loop.py (host-driven reference and baseline), api_agent.py
   (`api_rollout(endpoint, agent, tasks, key)`: an OpenAI-compatible chat endpoint
   (`perception.ChatEndpoint`: concurrency, retries, request budget, key from an environment
@@ -51,8 +52,14 @@ Modules:
   latent-similarity rewards on device; the vision encoder runs once, its tokens feed the prompt
   and the projector)
 
-One compiled program per (agent, template, config): `episode.compile_rollout` returns
-f(model, automaton, tasks, prompt_ids, prompt_mask, key, forced=None) -> `Trajectory`.
+One compiled program per (agent, template, config, replay, group): `episode.compile_rollout`
+returns f(model, automaton, tasks, prompt_ids, prompt_mask, key, forced=None) -> `Trajectory`.
+`group` G: each G consecutive rows repeat one task (GRPO's groups); reset, vision encoder and
+prefill run once per group and the cache is repeated to its rows (the recipes' default,
+`rl.share_prompts`; the trajectories equal every row prefilled, log-probabilities within
+float32 rounding). `replay`: teacher SFT; each forced turn is written as one segment (one
+forward over the turn) instead of one decode step per token, with the tokens, masks and
+log-probabilities of the token-by-token replay.
 An episode ends with an answer, a malformed turn, a tool call in its last turn, or when
 the environment says done (it accepts no further action: it stopped, or a call came past
 its budget). The loop's `max_turns` must be the agent's `max_calls` + 1: the tool budget,

@@ -29,8 +29,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxspatial.models.sampler import (DecodeState, append, filter_logits, mark_seen,
-                                                  prefill, repetition_penalty)
+from jaxspatial.models.sampler import (DecodeState, append, append_hidden, filter_logits,
+                                      mark_seen, prefill, repeat_rows, repetition_penalty)
 from jaxspatial.models.sampler import sample_token as sampler_choose
 from jaxspatial.rl.advantages import image_hash
 from jaxspatial.rl.rewards import device_text
@@ -100,6 +100,15 @@ class RolloutConfig:
     if dtype is None or not jnp.issubdtype(dtype, jnp.floating):
       raise ValueError(f"RolloutConfig.cache_dtype: expected a float dtype name "
                        f"('float32', 'bfloat16', ...), got {self.cache_dtype!r}")
+
+
+def reshaped_by(config: RolloutConfig) -> tuple[str, ...]:
+  """The settings that make the recorded log-probabilities differ from the policy's own
+  at the rollout's temperature (what the trainer recomputes): () when they are its own."""
+  reasons = (("repetition_penalty", config.repetition_penalty != 1.0),
+             ("top_k", config.top_k > 0), ("top_p", config.top_p < 1.0),
+             ("constrained", config.constrained), ("temperature 0", config.temperature == 0))
+  return tuple(f"{name} {getattr(config, name.split()[0])!r}" for name, on in reasons if on)
 
 
 def capacity(prompt_length: int, template: ObservationTemplate, config: RolloutConfig) -> int:
@@ -206,6 +215,62 @@ def _decode_turn(model, automaton, config, turn, key, dstate, logits, running, b
   return dstate, logits, tokens_T, states_T, count, grammar_state, buffers, seen_BxV
 
 
+def _replay_turn(model, automaton, config, dstate, logits, running, buffers, forced_BxN,
+                 seen_BxV):
+  """`_decode_turn` for a turn forced whole (teacher replay): the forced tokens up to the
+  turn's close (or its first -1) written as one segment, one forward over the turn in place
+  of one per token. Tokens, grammar states, counts, slots and masks equal `_decode_turn`'s
+  forcing the same turn; each log-probability comes from the previous position's logits
+  (the carried ones for the first token), processed as the decode loop processes them."""
+  text = model.language_model
+  batch, limit = forced_BxN.shape
+
+  def close(carry, column):
+    grammar_state, stop_state, ended = carry
+    k, forced = column
+    writing = ~ended & (forced >= 0)
+    token = jnp.where(writing, forced, config.pad_token)
+    grammar_next, stop_next, closed = advance(automaton, grammar_state, stop_state, token, config)
+    ended = ended | (forced < 0) | (writing & (closed | (k + 1 >= limit)))
+    carry = (jnp.where(writing, grammar_next, grammar_state),
+             jnp.where(writing, stop_next, stop_state), ended)
+    return carry, (token, grammar_state, writing)
+
+  start = jnp.full(batch, START, jnp.int32)
+  (final_state, _, _), (tokens_NxB, states_NxB, writing_NxB) = jax.lax.scan(
+      close, (start, start, ~running), (jnp.arange(limit), forced_BxN.T))
+  tokens_T, writing = tokens_NxB.T, writing_NxB.T
+  count = jnp.sum(writing, -1, dtype=jnp.int32)
+  states_T = jnp.where(jnp.arange(limit) < jnp.max(count), states_NxB.T, START)
+  slot = dstate.next_slot
+  # As many slots as the decode loop's steps: the longest turn's tokens.
+  dstate, hidden_BxNxC = append_hidden(model, dstate, tokens_T, writing,
+                                       real_length=jnp.max(count))
+
+  def score(seen, column):
+    k, before_C, token, grammar_state, write = column
+    position_logits = jnp.where(k == 0, logits, text.logits(before_C).astype(jnp.float32))
+    if seen is not None:
+      position_logits = repetition_penalty(position_logits, seen, config.repetition_penalty)
+      seen = mark_seen(seen, token[:, None], write[:, None])
+    step_logits = turn_logits(automaton, position_logits, grammar_state,
+                              jnp.full(batch, limit - k), config)
+    _, logp = force(step_logits, token, jnp.zeros(batch), token, config)
+    return seen, jnp.where(write, logp, 0.0)
+
+  before = jnp.concatenate([hidden_BxNxC[:, :1], hidden_BxNxC[:, :-1]], 1)
+  seen_BxV, logp_NxB = jax.lax.scan(
+      score, seen_BxV, (jnp.arange(limit), jnp.swapaxes(before, 0, 1), tokens_NxB, states_NxB,
+                        writing_NxB))
+  ids, attention, loss, logprobs = buffers
+  put = lambda buffer, block: jax.lax.dynamic_update_slice(buffer, block.astype(buffer.dtype),
+                                                           (0, slot))
+  buffers = (put(ids, tokens_T), put(attention, writing), put(loss, writing),
+             put(logprobs, logp_NxB.T))
+  logits = text.logits(dstate.last_hidden.astype(hidden_BxNxC.dtype)).astype(jnp.float32)
+  return dstate, logits, tokens_T, states_T, count, final_state, buffers, seen_BxV
+
+
 image_tokens = vision.image_tokens
 
 
@@ -293,7 +358,7 @@ def _turn_contains(automaton: TokenAutomaton, tokens_T: Array, count: Array,
 def rollout(model, agent, automaton: TokenAutomaton, template: ObservationTemplate, tasks,
             prompt_ids_BxL: Array, prompt_mask_BxL: Array, key: Array, config: RolloutConfig,
             judge: Callable | None = None, forced_BxTxN: Array | None = None,
-            judge_state=None) -> Trajectory:
+            judge_state=None, replay: bool = False, group: int = 1) -> Trajectory:
   """Runs B episodes. `tasks` is a batch of `Task`s; the prompt holds the image tokens of
   the N views `agent.reset` returns (N x `image_tokens(model, agent.image_size)`, in order;
   views the prompt masks still take their slots). Jit it with `nnx.jit` and `agent`,
@@ -306,21 +371,38 @@ def rollout(model, agent, automaton: TokenAutomaton, template: ObservationTempla
 
   `forced_BxTxN` (optional, [B, max_turns, max_turn_tokens]): token ids that replace the
   samples where >= 0 (scripted policies, replaying a trajectory, teacher forcing); their
-  log-probabilities are still the policy's. `judge(question [B, Lq], answer [B, A],
+  log-probabilities are still the policy's. `replay` (static; teacher replay): every turn
+  is forced whole and written as one segment (`_replay_turn`), a turn with no forced
+  tokens as an empty (malformed) turn; without it forced tokens are fed one decode step at
+  a time and -1 samples. `judge(question [B, Lq], answer [B, A],
   references [B, R, La]) -> bool [B]` runs on the host at the end (an LLM judge) and
   replaces the rule judge; its verdict counts only for episodes that answered. A judge
   with `on_device` (`perception.PolicyJudge`: a jaxspatial policy) runs inside this
-  program instead: `judge.verdicts(judge_state, question, answer, references, key)`."""
+  program instead: `judge.verdicts(judge_state, question, answer, references, key)`.
+
+  `group` (static; GRPO's group size, or several samples per question): each `group`
+  consecutive rows hold one task and one prompt; the reset, the vision encoder and the
+  prefill run on the group's first row and the state and cache are repeated to its rows
+  (a reset ignores its key: every agent's does). The rows then sample apart."""
   check_turn_budget(agent, config, automaton)
+  if replay and forced_BxTxN is None:
+    raise ValueError("rollout: replay=True needs forced_BxTxN (the turns to replay)")
   batch, prompt_length = prompt_ids_BxL.shape
+  if group < 1 or batch % group:
+    raise ValueError(f"rollout: {batch} rows are not whole groups of {group}")
   turns = config.max_turns
-  prompt_images, numbers, env_state = jax.vmap(agent.reset)(rules.reset_keys(key, batch), tasks)
-  prompt_images = vision.prompt_views(prompt_images)
-  views = prompt_images.shape[1]
-  pixels, grids, sequence_grids = vision.prompt_inputs(model, prompt_images)
+  firsts = lambda x: x[::group]
+  prompt_images_P, numbers, env_state = jax.vmap(agent.reset)(
+      firsts(rules.reset_keys(key, batch)), jax.tree.map(firsts, tasks))
+  prompt_images_P = vision.prompt_views(prompt_images_P)
+  pixels, grids, sequence_grids = vision.prompt_inputs(model, prompt_images_P)
   size = capacity(prompt_length, template, config)
-  dstate, logits = prefill(model, prompt_ids_BxL, prompt_mask_BxL, size,
+  dstate, logits = prefill(model, firsts(prompt_ids_BxL), firsts(prompt_mask_BxL), size,
                            jnp.dtype(config.cache_dtype), pixels, grids, sequence_grids)
+  dstate = repeat_rows(dstate, group)
+  prompt_images, numbers, env_state, logits = jax.tree.map(
+      lambda x: jnp.repeat(x, group, axis=0), (prompt_images_P, numbers, env_state, logits))
+  views = prompt_images.shape[1]
   pad = jnp.full((batch, size - prompt_length), config.pad_token, jnp.int32)
   buffers = (jnp.concatenate([prompt_ids_BxL.astype(jnp.int32), pad], 1),
              dstate.valid, jnp.zeros((batch, size), bool), jnp.zeros((batch, size), jnp.float32))
@@ -364,8 +446,12 @@ def rollout(model, agent, automaton: TokenAutomaton, template: ObservationTempla
     turn_slot = dstate.next_slot
     forced = None if forced_BxTxN is None else jax.lax.dynamic_index_in_dim(
         forced_BxTxN, turn, axis=1, keepdims=False)
-    dstate, logits, tokens_T, states_T, count, final_state, buffers, seen = _decode_turn(
-        model, automaton, config, turn, key, dstate, logits, running, buffers, forced, seen)
+    if replay:
+      dstate, logits, tokens_T, states_T, count, final_state, buffers, seen = _replay_turn(
+          model, automaton, config, dstate, logits, running, buffers, forced, seen)
+    else:
+      dstate, logits, tokens_T, states_T, count, final_state, buffers, seen = _decode_turn(
+          model, automaton, config, turn, key, dstate, logits, running, buffers, forced, seen)
     turn_end = dstate.next_slot
     parsed = jax.vmap(lambda t, s, n, f: parse_turn(automaton, t, s, n, f))(
         tokens_T, states_T, count, final_state)
@@ -503,16 +589,18 @@ def rollout(model, agent, automaton: TokenAutomaton, template: ObservationTempla
 
 @functools.lru_cache(maxsize=16)
 def compile_rollout(agent, template: ObservationTemplate, config: RolloutConfig,
-                    judge: Callable | None = None):
+                    judge: Callable | None = None, replay: bool = False, group: int = 1):
   """`rollout` under `nnx.jit`: f(model, automaton, tasks, prompt_ids, prompt_mask, key,
-  forced=None, judge_state=None); an on-device judge's `state()` goes in `judge_state`."""
+  forced=None, judge_state=None); an on-device judge's `state()` goes in `judge_state`;
+  `replay`: forced turns are whole, each written as one segment; `group`: consecutive rows
+  share a prompt, prefilled once."""
   from flax import nnx  # pylint: disable=import-outside-toplevel
 
   @nnx.jit
   def run(model, automaton, tasks, prompt_ids, prompt_mask, key, forced=None,
           judge_state=None):
     return rollout(model, agent, automaton, template, tasks, prompt_ids, prompt_mask, key,
-                   config, judge, forced, judge_state)
+                   config, judge, forced, judge_state, replay, group)
   return run
 
 
@@ -544,8 +632,9 @@ def _token_pieces(tokenizer) -> list[bytes]:
 def check_replay(trajectory, forced_BxTxN, records, tokenizer) -> None:
   """Raises when a replayed episode (teacher SFT: every turn forced) did not play each of
   its forced turns whole: a turn the grammar rejects (the episode would end there and the
-  rest of the trajectory be dropped), a turn never reached, or one that closed before its
-  last token (text after the closing tag). `records[b]` names episode b's record."""
+  rest of the trajectory be dropped), a turn never reached, one that closed before its
+  last token (text after the closing tag), or a turn the episode played past the teacher's
+  last (its tokens would not be the teacher's). `records[b]` names episode b's record."""
   pieces = _token_pieces(tokenizer)
   forced = np.asarray(forced_BxTxN)
   active, valid = np.asarray(trajectory.turn_active), np.asarray(trajectory.turn_valid)
@@ -554,6 +643,10 @@ def check_replay(trajectory, forced_BxTxN, records, tokenizer) -> None:
     for t in range(forced.shape[1]):
       ids = forced[b, t][forced[b, t] >= 0]
       if not len(ids):
+        if active[b, t]:
+          raise ValueError(f"{records[b]}: the episode went on after the teacher's last turn "
+                           f"{t - 1} (a tool call, not an answer): turn {t} has no teacher "
+                           "tokens to replay")
         continue
       text = b"".join(pieces[i] for i in ids)
       if not active[b, t]:

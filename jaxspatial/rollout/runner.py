@@ -3,7 +3,9 @@ its observation template, the rollout settings and its first prompts.
 
     run = AgentRollout.create(agent, tokenizer, model, max_turns=4, max_turn_tokens=64)
     trajectory = run(model, tasks, key)                  # first prompts built from the tasks
-    trajectory = run(model, tasks, key, forced=run.forced(scripts))   # teacher replay
+    trajectory = run(model, tasks, key, forced=run.forced(scripts))   # scripted turns
+    trajectory = run(model, tasks, key, forced=run.forced(scripts), replay=True)  # teacher
+    trajectory = run(model, repeated_tasks, key, group=8)   # GRPO: each prompt prefilled once
 """
 
 from __future__ import annotations
@@ -80,17 +82,19 @@ class AgentRollout:
 
   def __call__(self, model, tasks, key, forced=None, prompt_ids=None, prompt_mask=None,
                temperature: float | None = None, mesh=None, evaluation: bool = False,
-               judged: bool = True):
+               judged: bool = True, replay: bool = False, group: int = 1):
     """Compiled rollouts of `tasks` (this process's rows: with `mesh`, one global batch over
     ('data', 'fsdp')). Prompts are built from the tasks unless given. `evaluation`: judged
     by `eval_judge`; `judged=False`: by the agent's rule judge (no host judge requests:
-    replays whose reward is unused)."""
+    replays whose reward is unused). `replay`: every turn is forced whole (teacher SFT) and
+    written as one segment per turn instead of one decode step per token. `group`: each
+    `group` consecutive rows repeat one task (GRPO's groups), whose prompt is prefilled once."""
     if prompt_ids is None:
       prompt_ids, prompt_mask = self.prompts(tasks)
     config = self.config if temperature is None else dataclasses.replace(
         self.config, temperature=temperature)
     judge = None if not judged else (self.eval_judge or self.judge) if evaluation else self.judge
-    run = episode.compile_rollout(self.agent, self.template, config, judge)
+    run = episode.compile_rollout(self.agent, self.template, config, judge, replay, group)
     # An on-device judge (a jaxspatial policy) is an argument of the program, not a constant.
     judge_state = judge.state() if on_device(judge) else None
     inputs = (tasks, prompt_ids, prompt_mask) + (() if forced is None else (forced,))

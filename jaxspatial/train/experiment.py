@@ -36,6 +36,10 @@ class Phase:
   advantage: AdvantageConfig | None = None  # set: a reinforcement-learning phase
   mini_batches: int = 1
   epochs: int = 1
+  # The update's old log-probabilities: "recompute" (a forward over the batch before the
+  # update) or "rollout" (the rollout's own; an on-policy update: one epoch, one
+  # mini-batch, sampled from the policy's tempered distribution in the training precision).
+  old_logprobs: str = "recompute"
 
   def __post_init__(self):
     if self.steps < 0:
@@ -43,6 +47,14 @@ class Phase:
     if self.advantage is None and (self.mini_batches, self.epochs) != (1, 1):
       raise ValueError(f"Phase {self.name!r}: mini_batches / epochs apply to RL phases "
                        "(set advantage)")
+    if self.old_logprobs not in ("recompute", "rollout"):
+      raise ValueError(f"Phase {self.name!r}: old_logprobs must be 'recompute' or 'rollout', "
+                       f"got {self.old_logprobs!r}")
+    if self.old_logprobs == "rollout" and (not self.is_rl
+                                           or (self.mini_batches, self.epochs) != (1, 1)):
+      raise ValueError(f"Phase {self.name!r}: old_logprobs 'rollout' needs an on-policy RL "
+                       f"update (one epoch, one mini-batch), got {self.epochs} epochs x "
+                       f"{self.mini_batches} mini-batches; use 'recompute'")
 
   @property
   def is_rl(self) -> bool:

@@ -110,16 +110,20 @@ def or_gigpo_estimator(trajectory, rewards_PxG: Array, config: AdvantageConfig) 
 
 
 def update(model, optimizer, batch: TrainBatch, config: StepConfig, mesh, reference=None,
-           mini_batches: int = 1, epochs: int = 1, timings: dict | None = None) -> dict:
+           mini_batches: int = 1, epochs: int = 1, timings: dict | None = None,
+           old_logprobs: Array | None = None) -> dict:
   """Old (and reference) log-probabilities, then `epochs` x `mini_batches` optimizer steps.
   Returns the last step's metrics, with `finite` False if any step was refused. With
-  `timings`, the seconds of the log-probabilities and of the updates are recorded."""
+  `timings`, the seconds of the log-probabilities and of the updates are recorded.
+  `old_logprobs` [B, S]: the rollout's (an on-policy update, `Phase.old_logprobs`
+  "rollout"); None: recomputed under the current parameters."""
   if batch.batch_size % mini_batches:
     raise ValueError(f"update: batch {batch.batch_size} does not split into {mini_batches} "
                      "mini-batches")
   started = time.perf_counter()
   with jax.set_mesh(mesh):
-    old = batch_logprobs(model, batch, config.temperature)
+    old = (batch_logprobs(model, batch, config.temperature) if old_logprobs is None
+           else old_logprobs)
     if reference is not None:
       batch = batch.replace(ref_logprobs=reference.logprobs(model, batch, config.temperature))
   batch = batch.replace(old_logprobs=old)

@@ -49,7 +49,8 @@ PREEMPTED_STATUS = 143  # 128 + SIGTERM: a failure to SLURM (--requeue) and to K
 # checkpoint cadence, evaluation, fault injection).
 RESUME_SAFE = ("workdir", "resume", "resume_overrides", "log_every", "snapshot_every",
                "checkpoint.every", "checkpoint.keep", "faults", "eval", "evaluate", "mesh",
-               "data.data_dir", "data.build", "model.checkpoint")
+               "data.data_dir", "data.build", "model.checkpoint",
+               "rl.share_prompts")  # the same samples either way (float32 rounding apart)
 
 
 class Preempted(SystemExit):
@@ -115,9 +116,10 @@ def rl_step(experiment: Experiment, phase: Phase, step: int, key, module, optimi
     jax.block_until_ready(out.batch)
     timings["rollout"] = time.perf_counter() - started
   advantages = grpo.advantages(out.trajectory, out.rewards, phase.advantage)
+  old = out.trajectory.logprobs if phase.old_logprobs == "rollout" else None
   metrics = grpo.update(module, optimizer, out.batch.replace(advantages=advantages),
                         config or phase.step, mesh, reference, phase.mini_batches,
-                        phase.epochs, timings=timings)
+                        phase.epochs, timings=timings, old_logprobs=old)
   return {**metrics, **out.metrics}
 
 

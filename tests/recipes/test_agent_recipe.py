@@ -52,7 +52,7 @@ def test_think3d_recipe_from_a_pretrained_folder_trains_evaluates_and_resumes(tm
   config.eval.update(batch=16, tasks=16)
   results = recipes.train(config)
   assert results["sft"]["overall"]["n"] == 16 and results["final"]["overall"]["n"] == 16
-  assert sum(r["n"] for k, r in results["final"].items() if k != "all") == 16
+  assert sum(r["n"] for r in results["final"]["categories"].values()) == 16
   steps = read_jsonl(tmp_path / "run" / "metrics.jsonl")
   assert [s["step"] for s in steps] == [1, 2, 3, 4]
   assert "sft/loss" in steps[0] and "rl/kl" in steps[3] and steps[3]["rl/finite"] == 1.0

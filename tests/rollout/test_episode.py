@@ -17,6 +17,8 @@ from jaxspatial.models.qwen2_5_vl.preprocess import batch_vision_inputs
 from jaxspatial.rollout import agents, token_table as am, episode, host_loop, observation, tiny
 from jaxspatial.rollout import vision
 from jaxspatial.train import TrainBatch
+from tests.rollout.test_group_prefill import assert_same_trajectories
+from tests.rollout.test_replay import assert_replays_equal
 
 BATCH = 4
 AGENT = agents.Act3DAgent(act3d.Act3DParams(width=56, height=56, grounding_min_pixels=5,
@@ -431,9 +433,10 @@ def test_a_replay_names_the_teacher_turn_it_cannot_play(setup):
       + ["<think>y</think><answer>b</answer>"],
       "turn 1 was never played": ["<think>x</think><answer>a chair</answer>", _call("up")],
       "turn 0 closes after": [_call("up") + " and more text", good[1]],
+      "the episode went on after the teacher's last turn": [_call("up")],
   }
   names = [f"teachers.jsonl: scene {b}" for b in range(BATCH)]
-  run = episode.compile_rollout(AGENT, s["template"], config)
+  run = episode.compile_rollout(AGENT, s["template"], config, replay=True)
   for message, bad in cases.items():
     scripts = [good, bad, good, good]
     forced = episode.forced_tokens(s["tok"], scripts, config)
@@ -446,6 +449,39 @@ def test_a_replay_names_the_teacher_turn_it_cannot_play(setup):
   traj = jax.device_get(run(s["model"], s["automaton"], s["tasks"], jnp.asarray(s["ids"]),
                             jnp.asarray(s["mask"]), jax.random.PRNGKey(0), jnp.asarray(forced)))
   episode.check_replay(traj, forced, names, s["tok"])  # a clean replay passes
+
+
+def test_segment_replay_equals_token_replay(setup):
+  """Teacher replay writes each forced turn as one segment: the trajectory of the same
+  turns forced one decode step at a time (the other families, the repetition penalty and
+  constrained decoding: tests/rollout/test_replay.py, `make slow-tests`)."""
+  s = setup
+  config = _config(s["tok"], temperature=1.0)
+  scripts = [[t.replace("{answer}", "a chair") for t in turns] for turns in SCRIPTS]
+  forced = jnp.asarray(episode.forced_tokens(s["tok"], scripts, config))
+  inputs = (s["model"], s["automaton"], s["tasks"], jnp.asarray(s["ids"]),
+            jnp.asarray(s["mask"]), jax.random.PRNGKey(0), forced)
+  by_token = episode.compile_rollout(AGENT, s["template"], config)(*inputs)
+  by_segment = episode.compile_rollout(AGENT, s["template"], config, replay=True)(*inputs)
+  assert_replays_equal(jax.device_get(by_segment), jax.device_get(by_token))
+
+
+def test_a_group_prefilled_once_equals_every_row_prefilled(setup):
+  """GRPO's groups (rows 0-1 and 2-3 repeat one task each): `group=2` prefills each prompt
+  once and repeats its cache; the trajectories equal every row prefilled on its own, the
+  sampled turns and the forced ones (the other families: tests/rollout/test_group_prefill.py,
+  `make slow-tests`)."""
+  s = setup
+  config = _config(s["tok"], temperature=1.0)
+  take = lambda x: np.asarray(x)[np.asarray([0, 0, 1, 1])]
+  scripts = [[None], [None], [_call("up"), None], [_call("up"), None]]
+  forced = jnp.asarray(episode.forced_tokens(s["tok"], scripts, config))
+  inputs = (s["model"], s["automaton"], jax.tree.map(take, s["tasks"]),
+            jnp.asarray(take(s["ids"])), jnp.asarray(take(s["mask"])), jax.random.PRNGKey(5),
+            forced)
+  per_row = episode.compile_rollout(AGENT, s["template"], config)(*inputs)
+  shared = episode.compile_rollout(AGENT, s["template"], config, group=2)(*inputs)
+  assert_same_trajectories(jax.device_get(shared), jax.device_get(per_row), group=2)
 
 
 @pytest.mark.slow
