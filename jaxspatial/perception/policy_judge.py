@@ -420,7 +420,7 @@ class PolicyJudge(DeviceJudge):
                                    jnp.dtype(self.sampling.cache_dtype))
     state, logits = sampler.append(model, state, ids[:, shared:],
                                    mask[:, shared:].astype(jnp.int32))
-    return sampler.decode(model, state, logits[:, -1], key, self.sampling), answerable
+    return sampler.decode(model, state, logits, key, self.sampling), answerable
 
   def replies(self, question_BxLq, answer_BxA, references_BxRxLa, key=None) -> list[str]:
     """The judge's replies as text (host; for inspection and tests)."""
