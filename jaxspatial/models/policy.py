@@ -17,8 +17,9 @@ A family's model class (`Qwen25VL`, `Qwen3VL`, `Qwen35`) implements:
                               decoder (Qwen3-VL's DeepStack features), None when nothing
   embed(...) -> embeds_BxLxC  decoder_inputs' embeddings alone
   position_ids(input_ids_BxL, attention_mask_BxL, sequence_grids_BxKx3 | None) -> [3, B, L]
-  __call__(input_ids_BxL, attention_mask_BxL, pixel_values, grids, sequence_grids_BxKx3)
-                              -> float32 logits [B, L, V]
+  __call__(input_ids_BxL, attention_mask_BxL, pixel_values, grids, sequence_grids_BxKx3,
+           images_by_row=False) -> float32 logits [B, L, V] (by row: K images per sequence,
+                              its image tokens take its own even where it shows fewer)
   language_model              embed_tokens, init_cache(batch, length, dtype) (a per-layer
                               pytree the family owns: keys and values, or Qwen3.5's
                               convolution inputs and delta-rule state),

@@ -17,11 +17,18 @@ Array = jax.Array
 
 
 def place_at_image_tokens(input_ids_BxL: Array, image_token_id: int, rows_NxC: Array,
-                          fill: Array) -> Array:
+                          fill: Array, by_row: bool = False) -> Array:
   """[..., B, L, C]: the n-th image token of the flattened batch takes row n of
-  `rows_NxC` (leading axes of the rows kept), every other position `fill`."""
+  `rows_NxC` (leading axes of the rows kept), every other position `fill`. `by_row`: the
+  rows are B equal blocks, one per sequence, and sequence b's n-th image token takes row n
+  of block b (a sequence that shows fewer images than its block leaves the rest unused)."""
   is_image = input_ids_BxL == image_token_id
-  index = jnp.cumsum(is_image.reshape(-1)).reshape(is_image.shape) - 1
+  if by_row:
+    batch = is_image.shape[0]
+    index = (jnp.cumsum(is_image, axis=-1) - 1
+             + (rows_NxC.shape[-2] // batch) * jnp.arange(batch)[:, None])
+  else:
+    index = jnp.cumsum(is_image.reshape(-1)).reshape(is_image.shape) - 1
   placed = rows_NxC[..., jnp.clip(index, 0, rows_NxC.shape[-2] - 1), :]
   return jnp.where(is_image[..., None], placed.astype(fill.dtype), fill)
 
@@ -89,23 +96,24 @@ class QwenVLMethods:
     return self.decoder_inputs(input_ids_BxL, pixel_values, grids, vision)[0]
 
   def decoder_inputs(self, input_ids_BxL: Array, pixel_values: Array | None = None,
-                     grids: Grids = (), vision: VisionOutput | None = None
-                     ) -> tuple[Array, Array | None]:
+                     grids: Grids = (), vision: VisionOutput | None = None,
+                     images_by_row: bool = False) -> tuple[Array, Array | None]:
     """(token embeddings with the vision tokens written, in order, at the image tokens,
     DeepStack residuals [K, B, L, C] placed the same way and zero elsewhere; None without
     images or DeepStack). `vision` (`encode_images`' output for these grids) skips running
-    the encoder."""
+    the encoder. `images_by_row`: see `__call__`."""
     embeds = self.language_model.embed_tokens(input_ids_BxL)
     if not grids:
       return embeds, None
     vision = self.encode_images(pixel_values, grids) if vision is None else vision
     image = self.config.image_token_id
-    embeds = place_at_image_tokens(input_ids_BxL, image, vision.tokens_NxC, embeds)
+    embeds = place_at_image_tokens(input_ids_BxL, image, vision.tokens_NxC, embeds,
+                                   images_by_row)
     if vision.deepstack_KxNxC is None:
       return embeds, None
     # Zero off the images: adding the residual everywhere is transformers' masked add.
     return embeds, place_at_image_tokens(input_ids_BxL, image, vision.deepstack_KxNxC,
-                                         jnp.zeros((), embeds.dtype))
+                                         jnp.zeros((), embeds.dtype), images_by_row)
 
   def position_ids(self, input_ids_BxL: Array, attention_mask_BxL: Array,
                    sequence_grids_BxKx3: Array | None) -> Array:
@@ -120,11 +128,16 @@ class QwenVLMethods:
 
   def __call__(self, input_ids_BxL: Array, attention_mask_BxL: Array,
                pixel_values: Array | None = None, grids: Grids = (),
-               sequence_grids_BxKx3: Array | None = None) -> Array:
+               sequence_grids_BxKx3: Array | None = None,
+               images_by_row: bool = False) -> Array:
     """Float32 logits [B, L, V]. `grids`: every image's (t, h, w) patch grid, in order of
     appearance over the batch; `sequence_grids_BxKx3`: each sequence's own grids (padded
-    by repeating), for the M-RoPE positions."""
-    embeds, residuals = self.decoder_inputs(input_ids_BxL, pixel_values, grids)
+    by repeating), for the M-RoPE positions. `images_by_row`: the images are B x K of one
+    size, K per sequence, and each sequence's image tokens take its own K in order, whether
+    or not it shows all of them (a rollout that stopped before its last observations: the
+    views of turns never played are in the batch, their tokens are not)."""
+    embeds, residuals = self.decoder_inputs(input_ids_BxL, pixel_values, grids,
+                                            images_by_row=images_by_row)
     positions = self.position_ids(input_ids_BxL, attention_mask_BxL,
                                   sequence_grids_BxKx3 if grids else None)
     hidden = self.language_model.hidden_states(embeds, positions, attention_mask_BxL,

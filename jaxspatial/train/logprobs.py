@@ -17,7 +17,9 @@ def token_logprobs(model, tokens_BxS: Array, attention_mask_BxS: Array,
   sampled), and the entropy of each position's distribution when asked."""
   if images_BxKxHxWx3 is not None:
     pixels, grids, sequence_grids = model.vision_inputs(images_BxKxHxWx3)
-    logits = model(tokens_BxS, attention_mask_BxS, pixels, grids, sequence_grids)
+    # By row: a batch whose episodes all stopped early holds views its tokens never show.
+    logits = model(tokens_BxS, attention_mask_BxS, pixels, grids, sequence_grids,
+                   images_by_row=True)
   else:
     logits = model(tokens_BxS, attention_mask_BxS)
   logits = logits[:, :-1].astype(jnp.float32) / (temperature if temperature > 0 else 1.0)

@@ -421,6 +421,49 @@ def test_a_full_forward_pass_over_the_trajectory_gives_its_logprobs(setup):
                              np.asarray(traj.logprobs[:, 1:])[generated], atol=2e-4)
 
 
+def test_rollout_logprobs_give_the_recomputed_loss_and_gradient(setup):
+  """`Phase.old_logprobs` "rollout" (an on-policy update sampled without filters): the
+  rollout's log-probabilities as the old ones give the GRPO loss and gradient of the
+  recompute path (a forward over the batch before the update) within float32 rounding.
+  Every episode here ends in its first turn, so the batch holds views its tokens never
+  show: the trainer's forward places each row's own views (`images_by_row`); placed in
+  batch order, rows 1-3 read row 0's unshown views and the loss was 5% off."""
+  from flax import nnx
+  from jaxspatial.rl.objectives import PolicyLossConfig
+  from jaxspatial.train import StepConfig, TrainBatch
+  from jaxspatial.train.steps import batch_logprobs, loss_parts
+  s = setup
+  config = _config(s["tok"], temperature=1.0)
+  assert not episode.reshaped_by(config)
+  forced = jnp.asarray(episode.forced_tokens(s["tok"], [[None]] * BATCH, config))  # sampled
+  traj = episode.compile_rollout(AGENT, s["template"], config)(
+      s["model"], s["automaton"], s["tasks"], jnp.asarray(s["ids"]), jnp.asarray(s["mask"]),
+      jax.random.PRNGKey(4), forced)
+  assert not np.asarray(traj.turn_active)[:, 1:].any()
+  batch = TrainBatch.from_trajectory(traj, advantages=jnp.asarray([1.0, -1.0, 0.5, -0.5]))
+  assert int(batch.loss_mask.sum()) > 40
+  step = StepConfig(objective="grpo", temperature=1.0,
+                    loss=PolicyLossConfig(epsilon_low=0.2, epsilon_high=0.28,
+                                          aggregation="token-mean"))
+  graphdef, params, rest = nnx.split(s["model"], nnx.Param, ...)
+
+  @jax.jit
+  def loss_and_grad(params, batch):
+    def loss(params):
+      total, (denominator, _) = loss_parts(nnx.merge(graphdef, params, rest), batch, step)
+      return total / denominator
+    return jax.value_and_grad(loss)(params)
+
+  recomputed = batch.replace(old_logprobs=batch_logprobs(s["model"], batch, 1.0))
+  want_loss, want_grad = loss_and_grad(params, recomputed)
+  got_loss, got_grad = loss_and_grad(params, batch.replace(old_logprobs=traj.logprobs))
+  np.testing.assert_allclose(got_loss, want_loss, rtol=1e-5, atol=1e-6)
+  for got, want in zip(jax.tree.leaves(got_grad), jax.tree.leaves(want_grad)):
+    scale = float(jnp.max(jnp.abs(want))) + 1e-12
+    np.testing.assert_allclose(got / scale, want / scale, atol=1e-4)
+  assert any(float(jnp.max(jnp.abs(g))) > 0 for g in jax.tree.leaves(want_grad))
+
+
 def test_a_replay_names_the_teacher_turn_it_cannot_play(setup):
   """Teacher SFT replays every turn of a trajectory file; a turn the grammar rejects would
   end the episode and silently drop the rest. The check names the record, the turn and its
