@@ -13,6 +13,8 @@ measured in one run.
   8.5 GB checkpoint)
 - rollout_bench.py (compiled multi-turn rollouts against the host loop)
 - train_bench.py (GRPO steps per second; rollout / log-prob / update shares)
+- rl_step_bench.py (one RL step of the Think3D-RL, Act3D and PERIA `:cpu` recipes, each
+  group's prompt prefilled once against every row's: rollout and step seconds, host bytes)
 - device_suite/ (a package, one module per part; `make device-bench`: the prepared GPU run: renderer grid, serving (the
   scheduler against the static batcher), a 3B-shaped bf16 rollout and GRPO update, XLA pitfalls,
   versions -> outputs/device_suite/report.json; `--smoke` on CPU in the tests)
@@ -28,6 +30,7 @@ measured in one run.
   serving.Scheduler against static_batcher.py (the static batcher it replaced: requests within
   `window_s` in one new-token bucket run as one Engine.generate batch), tiny and small policies;
   tokens/s, p50 / p99 latency, peak memory)
-- timing.py (the shared timing helper)
+- timing.py (the shared timing helper), rl_setup.py (a recipe's RL phase set up as the trainer
+  does, for the step benchmarks)
 """
 

@@ -25,12 +25,11 @@ import tempfile
 import time
 
 import jax
-import numpy as np
 from absl import logging
 
-import recipes
+from benchmarks.rl_setup import rl_phase
 from jaxspatial.models import sharding
-from jaxspatial.train import ReferencePolicy, make_optimizer, mesh_from_config, rl_step
+from jaxspatial.train import rl_step
 
 PATHS = {"shared": True, "per row": False}
 
@@ -62,17 +61,7 @@ def bench_recipe(name: str, steps: int, data_dir: str) -> dict:
   c.workdir = tempfile.mkdtemp(prefix=f"rl_step_{name}_")
   c.data.data_dir = data_dir
   c.snapshot_every = 0
-  experiment = recipes.experiment(c)
-  mesh = mesh_from_config(c.mesh)
-  with jax.set_mesh(mesh):
-    module = experiment.build(mesh)
-  phase = next(p for p in experiment.phases() if p.is_rl)
-  experiment.prepare(phase, module)
-  optimizer = make_optimizer(module, phase.optimizer_config(), phase.trainable, mesh=mesh)
-  reference = None
-  if phase.step.loss.beta > 0:  # the KL's reference policy, as the trainer makes it
-    with jax.set_mesh(mesh):
-      reference = ReferencePolicy.create(phase.reference, module)
+  experiment, mesh, module, phase, optimizer, reference = rl_phase(c)
   key = jax.random.PRNGKey(0)
   results = {path: {"rollout": [], "step": [], "host": [], "first": 0.0} for path in PATHS}
   trajectory_bytes = 0

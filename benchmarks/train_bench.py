@@ -19,8 +19,8 @@ import jax
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-import recipes
-from jaxspatial.train import make_optimizer, mesh_from_config, rl_step
+from benchmarks.rl_setup import rl_phase
+from jaxspatial.train import rl_step
 
 _STEPS = flags.DEFINE_integer("steps", 5, "timed GRPO steps (after one warm-up step)")
 
@@ -31,19 +31,14 @@ def main(argv) -> None:
   c = _CONFIG.value
   c.data.test_tasks = 8
   c.snapshot_every = 0
-  experiment = recipes.experiment(c)
-  mesh = mesh_from_config(c.mesh)
-  with jax.set_mesh(mesh):
-    module = experiment.build(mesh)
-  phase = next(p for p in experiment.phases() if p.is_rl)
-  optimizer = make_optimizer(module, phase.optimizer_config(), phase.trainable, mesh=mesh)
+  experiment, mesh, module, phase, optimizer, reference = rl_phase(c)
   key = jax.random.PRNGKey(0)
   totals = {"rollout": 0.0, "logprobs": 0.0, "update": 0.0}
   tokens = 0.0
   for step in range(_STEPS.value + 1):
     timings = {}
     metrics = rl_step(experiment, phase, step, jax.random.fold_in(key, step), module,
-                      optimizer, mesh, timings=timings)
+                      optimizer, mesh, reference, timings=timings)
     if step == 0:
       print(f"first step (compiling): rollout {timings['rollout']:.1f} s, log-probabilities "
             f"{timings['logprobs']:.1f} s, update {timings['update']:.1f} s")
