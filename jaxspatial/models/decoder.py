@@ -82,19 +82,25 @@ class TextDecoder(nnx.Module):
     return [(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)) for _ in self.layers]
 
   def extend(self, inputs_embeds_BxLxC: Array, position_ids_3xBxL: Array,
-             cache_valid_BxS: Array, cache: list, index: Array, residuals=None):
+             cache_valid_BxS: Array, cache: list, index: Array, residuals=None,
+             attend: int | None = None):
     """Appends L positions at cache slot `index` ([] for every row, or [B] each row's own)
     and returns (hidden [B, L, C], cache).
 
     `cache_valid_BxS` marks the cache slots that hold real tokens once this segment is
     written (padding stays invalid); each new token attends to valid slots up to its own.
     `residuals` [K, B, L, C]: this segment's decoder additions (see `hidden_states`).
+    `attend` (static): attention reads slots [0, attend) only, not the whole capacity (a
+    prefill into an empty cache: its own L slots; every slot the segment writes must be
+    below it).
     """
     length = inputs_embeds_BxLxC.shape[1]
-    slots = jnp.arange(cache_valid_BxS.shape[1])
+    width = cache_valid_BxS.shape[1] if attend is None else attend
+    slots = jnp.arange(width)
     rows_index = jnp.broadcast_to(index, cache_valid_BxS.shape[:1])
     query_slot_BxL = rows_index[:, None] + jnp.arange(length)
-    mask = (slots[None, None] <= query_slot_BxL[..., None]) & cache_valid_BxS.astype(bool)[:, None]
+    mask = ((slots[None, None] <= query_slot_BxL[..., None])
+            & cache_valid_BxS[:, :width].astype(bool)[:, None])
     segment_valid = jax.vmap(lambda row, at: jax.lax.dynamic_slice_in_dim(row, at, length))(
         cache_valid_BxS, rows_index)
     mask = self.layer_mask(mask, segment_valid)

@@ -63,11 +63,14 @@ class MLP(nnx.Module):
 def attend(q: Array, k: Array, v: Array, mask_BxLxS: Array, implementation: str,
            cache: tuple[Array, Array] | None, index: Array | None):
   """(attention output [B, L, H, D], cache). With (k, v) caches [B, S, KV, D], k and v are
-  first written at [index, index + L) and the queries attend over the whole cache."""
+  first written at [index, index + L) and the queries attend over the cache's first slots
+  the mask covers (all of them, or a prefill's own)."""
   if cache is not None:
     k_cache, v_cache = cache
     k, v = write_cache(k_cache, k, index), write_cache(v_cache, v, index)
     cache = (k, v)
+    keys = mask_BxLxS.shape[-1]
+    k, v = k[:, :keys], v[:, :keys]
   return attention(q, k, v, mask_BxLxS, implementation), cache
 
 

@@ -188,8 +188,11 @@ def prefill(model, input_ids_BxL: Array, attention_mask_BxL: Array, capacity: in
                       next_position=jnp.zeros(batch, jnp.int32),
                       last_hidden=jnp.zeros((batch, model.config.text.hidden_size), jnp.float32),
                       last_token=jnp.full(batch, -1, jnp.int32))
-  return append(model, state, input_ids_BxL, attention_mask_BxL, pixel_values, grids,
-                sequence_grids_BxKx3, vision, real_length)
+  # The cache is empty: the prompt attends over its own slots, not the whole capacity.
+  state, hidden = append_hidden(model, state, input_ids_BxL, attention_mask_BxL, pixel_values,
+                                grids, sequence_grids_BxKx3, vision, real_length,
+                                attend=length)
+  return state, model.language_model.logits(_position(hidden, real_length)).astype(jnp.float32)
 
 
 def prefill_shared(model, prefix_ids_P: Array, batch: int, capacity: int,
@@ -242,9 +245,10 @@ def _position(segment_BxTx_, real_length: Array | None) -> Array:
 def append_hidden(model, state: DecodeState, input_ids_BxT: Array, attention_mask_BxT: Array,
                   pixel_values: Array | None = None, grids=(),
                   sequence_grids_BxKx3: Array | None = None, vision=None,
-                  real_length: Array | None = None):
+                  real_length: Array | None = None, attend: int | None = None):
   """`append`, returning the segment's final-norm hidden states [B, T, C] in place of the
-  last position's logits (a replayed turn's log-probabilities need every position's)."""
+  last position's logits (a replayed turn's log-probabilities need every position's).
+  `attend` (static): attention over the cache's first `attend` slots only (`prefill`)."""
   text = model.language_model
   embeds, residuals = model.decoder_inputs(input_ids_BxT, pixel_values, grids, vision)
   relative = model.position_ids(input_ids_BxT, attention_mask_BxT,
@@ -256,7 +260,7 @@ def append_hidden(model, state: DecodeState, input_ids_BxT: Array, attention_mas
   length = input_ids_BxT.shape[1]
   valid = jax.lax.dynamic_update_slice(state.valid, real, (0, state.next_slot))
   hidden, cache = text.extend(embeds, positions, valid, state.cache, state.next_slot,
-                              residuals)
+                              residuals, attend)
   next_position = jnp.where(jnp.any(real, -1),
                             jnp.max(jnp.where(real[None], positions, -1), axis=(0, 2)) + 1,
                             state.next_position)
