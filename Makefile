@@ -67,8 +67,9 @@ recipes: $(RUNTIME_STAMP) system-deps
 	$(PY) -m launch.train --config configs/peria_or_gigpo.py:cpu
 
 # Two pytest workers (pytest-xdist), whole files per worker: module fixtures stay shared.
-# On 2 CPU cores the suite takes 11-21 minutes (1,173 tests: 20m50s of pytest on a clean
-# clone at 8c9d151; CI's budget is 25 minutes, see tests/__init__.py: trim before adding);
+# On 2 CPU cores the suite takes 11-21 minutes on a quiet day (1,173 tests: 20m50s of pytest
+# on a clean clone at 8c9d151; 1,180 in 29m15s at 56b3559 on a day everything ran about 1.4x
+# slower); CI's budget is 25 minutes, see tests/__init__.py: trim before adding;
 # the 30 slowest are printed. The heaviest directories are collected
 # first so both workers finish together. A test past ~20 s goes to slow-tests.
 TEST_WORKERS ?= 2

@@ -24,8 +24,10 @@ every test here ran 1.3-1.8x slower: near the budget, trim before adding); `make
 took 28m16s on a clean clone (91 passed, with other work beside it). `--durations=30` prints the
 slowest: a new test past ~20 s shares a fixture or goes to slow-tests (`@pytest.mark.slow`) or
 another make target (`make train-checks`: the `recipe_checks` marker; `make recipes`, `make
-thinker3d`); pyproject's addopts exclude both markers. Latest: 1,173 tests in 20m50s of pytest on a clean clone at 8c9d151 (24m09s with the
-install), with the trainer golden test (91 s) and the README blocks (51 s) added. The heaviest files are collected first so
+thinker3d`); pyproject's addopts exclude both markers. Latest: 1,180 tests in 29m15s of pytest on a clean clone at 56b3559 (32m54s with the
+install) on a slow day (the golden test took 134 s against 91 s before, the Qwen3.5
+rollout-vs-host test 98 s against 74 s: about 1.4x); that Qwen3.5 test then moved to
+slow-tests. The heaviest files are collected first so
 the two workers finish together.
 """
 

@@ -65,7 +65,10 @@ def test_greedy_compiled_rollout_equals_the_host_reference(setup):
   np.testing.assert_allclose(traj.reward, ref["reward"], atol=1e-6)
 
 
-@pytest.mark.parametrize("family", [pytest.param("qwen3_vl", marks=pytest.mark.slow), "qwen3_5"])
+# Each family compiles two programs, 75-100 s on 2 cores: `make slow-tests` (Qwen2.5-VL above; the
+# group-prefill and replay equalities run every family there too).
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["qwen3_vl", "qwen3_5"])
 def test_other_policy_families_roll_out_as_the_host_reference(family):
   """The rollout is written against the policy interface: a Qwen3-VL policy (DeepStack
   features added inside the decoder at every observation's image tokens) and a Qwen3.5
