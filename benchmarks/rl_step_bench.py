@@ -45,8 +45,7 @@ def counting_host_copies(counter: list):
     counter[0] += rows.nbytes
     return rows
 
-  modules = [sharding] + [m for m in (importlib.import_module("recipes.agents"),)
-                          if getattr(m, "local_rows", None) is original]
+  modules = (sharding, importlib.import_module("recipes.agents"))
   for module in modules:
     module.local_rows = counted
   try:
@@ -64,7 +63,6 @@ def bench_recipe(name: str, steps: int, data_dir: str) -> dict:
   experiment, mesh, module, phase, optimizer, reference = rl_phase(c)
   key = jax.random.PRNGKey(0)
   results = {path: {"rollout": [], "step": [], "host": [], "first": 0.0} for path in PATHS}
-  trajectory_bytes = 0
   for step in range(steps + 1):
     for path, shared in PATHS.items():
       c.rl.share_prompts = shared

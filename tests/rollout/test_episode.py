@@ -18,6 +18,7 @@ from jaxspatial.rollout import agents, token_table as am, episode, host_loop, ob
 from jaxspatial.rollout import vision
 from jaxspatial.train import TrainBatch
 from tests.rollout.test_group_prefill import assert_same_trajectories
+from tests.rollout.tiny_act3d import act3d_policy
 from tests.rollout.test_replay import assert_replays_equal
 
 BATCH = 4
@@ -77,13 +78,9 @@ def test_other_policy_families_roll_out_as_the_host_reference(family):
   token. Forced first turns take the episodes into multi-turn play; later turns are
   sampled. For Qwen3.5, one forward pass over the recorded slots (what the trainer runs,
   holes and all) also gives the sampled log-probabilities."""
-  tok = tiny.tokenizer()
-  model = tiny.model(tok, family, seed=1)
-  automaton = am.compile_token_automaton(AGENT.grammar, tok, model.config.text.vocab_size)
-  n_image = episode.image_tokens(model, AGENT.image_size)
-  template = observation.compile_template(tok, AGENT.observation, n_image)
-  tasks, questions = episodes.act3d_tasks(BATCH, seed=4)
-  ids, mask = episodes.act3d_prompts(tok, questions, n_image)
+  p = act3d_policy(AGENT, family, 1, BATCH, 4)
+  tok, model, automaton, template, tasks, ids, mask = (
+      p.tok, p.model, p.automaton, p.template, p.tasks, p.ids, p.mask)
   config = _config(tok, temperature=1.0)
   scripts = [[_call("turn_left", 60), _call("forward")], [_call("up"), None],
              [_call("turn_right", 30)], [None]]
@@ -105,7 +102,7 @@ def test_other_policy_families_roll_out_as_the_host_reference(family):
   if family == "qwen3_5":
     assert not np.asarray(traj.attention_mask).all()  # holes the recurrence must skip
     images_per_row = int(np.sum(np.asarray(traj.tokens[0]) == model.config.image_token_id)
-                         // n_image)
+                         // episode.image_tokens(model, AGENT.image_size))
     views = traj.images[:, :images_per_row].reshape((-1,) + traj.images.shape[2:])
     pixels, grids, _ = vision.view_inputs(model, jnp.asarray(views))
     sequence_grids = jnp.broadcast_to(jnp.asarray(grids[0], jnp.int32),

@@ -10,10 +10,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from data_pipelines.synthetic import episodes
 from jaxspatial.envs import act3d
-from jaxspatial.rollout import agents, episode, observation, tiny
-from jaxspatial.rollout import token_table as am
+from jaxspatial.rollout import agents, episode
+from tests.rollout.tiny_act3d import act3d_policy
 
 PROMPTS, GROUP = 2, 3
 AGENT = agents.Act3DAgent(act3d.Act3DParams(width=56, height=56, grounding_min_pixels=5,
@@ -22,13 +21,9 @@ AGENT = agents.Act3DAgent(act3d.Act3DParams(width=56, height=56, grounding_min_p
 
 def _rollouts(family, **settings):
   """(per-row, group-shared) trajectories of PROMPTS prompts x GROUP samples, one key."""
-  tok = tiny.tokenizer()
-  model = tiny.model(tok, family, seed=4)
-  automaton = am.compile_token_automaton(AGENT.grammar, tok, model.config.text.vocab_size)
-  n_image = episode.image_tokens(model, AGENT.image_size)
-  template = observation.compile_template(tok, AGENT.observation, n_image)
-  tasks, questions = episodes.act3d_tasks(PROMPTS, seed=8)
-  ids, mask = episodes.act3d_prompts(tok, questions, n_image)
+  p = act3d_policy(AGENT, family, 4, PROMPTS, 8)
+  tok, model, automaton, template, tasks, ids, mask = (
+      p.tok, p.model, p.automaton, p.template, p.tasks, p.ids, p.mask)
   repeat = lambda x: np.repeat(np.asarray(x), GROUP, axis=0)
   config = episode.RolloutConfig(max_turns=2, max_turn_tokens=32, pad_token=tok.pad_token_id,
                                  eos_tokens=(tok.convert_tokens_to_ids("<|im_end|>"),),
@@ -69,13 +64,9 @@ def test_a_group_prefilled_once_equals_every_row_prefilled_for_each_family(famil
 
 
 def test_rows_that_are_not_whole_groups_are_refused():
-  tok = tiny.tokenizer()
-  model = tiny.model(tok, "qwen2_5_vl", seed=4)
-  automaton = am.compile_token_automaton(AGENT.grammar, tok, model.config.text.vocab_size)
-  n_image = episode.image_tokens(model, AGENT.image_size)
-  template = observation.compile_template(tok, AGENT.observation, n_image)
-  tasks, questions = episodes.act3d_tasks(4, seed=8)
-  ids, mask = episodes.act3d_prompts(tok, questions, n_image)
+  p = act3d_policy(AGENT, "qwen2_5_vl", 4, 4, 8)
+  tok, model, automaton, template, tasks, ids, mask = (
+      p.tok, p.model, p.automaton, p.template, p.tasks, p.ids, p.mask)
   config = episode.RolloutConfig(max_turns=2, max_turn_tokens=16, pad_token=tok.pad_token_id)
   with pytest.raises(ValueError, match="4 rows are not whole groups of 3"):
     episode.rollout(model, AGENT, automaton, template, tasks, jnp.asarray(ids),

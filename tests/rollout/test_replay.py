@@ -10,10 +10,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from data_pipelines.synthetic import episodes
 from jaxspatial.envs import act3d
-from jaxspatial.rollout import agents, episode, observation, tiny
-from jaxspatial.rollout import token_table as am
+from jaxspatial.rollout import agents, episode
+from tests.rollout.tiny_act3d import act3d_policy
 
 BATCH = 4
 AGENT = agents.Act3DAgent(act3d.Act3DParams(width=56, height=56, grounding_min_pixels=5,
@@ -57,13 +56,9 @@ def assert_replays_equal(by_segment, by_token) -> None:
     ("qwen3_5", dict(temperature=0.7)),
 ])
 def test_segment_replay_equals_token_replay(family, settings):
-  tok = tiny.tokenizer()
-  model = tiny.model(tok, family, seed=2)
-  automaton = am.compile_token_automaton(AGENT.grammar, tok, model.config.text.vocab_size)
-  n_image = episode.image_tokens(model, AGENT.image_size)
-  template = observation.compile_template(tok, AGENT.observation, n_image)
-  tasks, questions = episodes.act3d_tasks(BATCH, seed=5)
-  ids, mask = episodes.act3d_prompts(tok, questions, n_image)
+  p = act3d_policy(AGENT, family, 2, BATCH, 5)
+  tok, model, automaton, template, tasks, ids, mask = (
+      p.tok, p.model, p.automaton, p.template, p.tasks, p.ids, p.mask)
   config = episode.RolloutConfig(max_turns=3, max_turn_tokens=40, pad_token=tok.pad_token_id,
                                  eos_tokens=(tok.convert_tokens_to_ids("<|im_end|>"),),
                                  **settings)
