@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from jaxspatial.models.sharding import mesh_axes
+from tests.conftest import xla_flags
 
 SCRIPT = r"""
 import jax, jax.numpy as jnp, numpy as np
@@ -167,7 +168,7 @@ print("qwen3.5 sharded forward equals unsharded, max diff",
 
 @pytest.mark.multidevice
 def test_sharded_forward_equals_unsharded():
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
+  env = dict(os.environ, XLA_FLAGS=xla_flags("--xla_force_host_platform_device_count=8"),
              JAX_PLATFORMS="cpu")
   root = pathlib.Path(__file__).resolve().parents[2]
   result = subprocess.run([sys.executable, "-c", SCRIPT], env=env, cwd=root,

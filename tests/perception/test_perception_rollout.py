@@ -21,6 +21,7 @@ from jaxspatial.geometry import Camera, PointCloud
 from jaxspatial.models.qwen2_5_vl.model import Qwen25VL
 from jaxspatial.perception import TextTool
 from jaxspatial.rollout import AgentRollout, agents, peria_agent, tiny
+from tests.conftest import xla_flags
 
 WIDTH, HEIGHT, HFOV = 256, 96, 60.0
 WORDS = "EXIT 24"
@@ -176,7 +177,7 @@ print("host-tool rollout on 8 devices equals one device; host calls", len(calls)
 @pytest.mark.slow
 @pytest.mark.multidevice
 def test_a_rollout_with_a_host_tool_on_8_devices_equals_one_device():
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
+  env = dict(os.environ, XLA_FLAGS=xla_flags("--xla_force_host_platform_device_count=8"),
              JAX_PLATFORMS="cpu")
   root = pathlib.Path(__file__).resolve().parents[2]
   result = subprocess.run([sys.executable, "-c", WORKER], env=env, cwd=root,

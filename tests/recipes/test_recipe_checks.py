@@ -18,6 +18,7 @@ import sys
 
 import numpy as np
 import pytest
+from tests.conftest import xla_flags
 
 pytestmark = pytest.mark.recipe_checks
 
@@ -140,7 +141,7 @@ def test_two_processes_complete_an_rl_step(tmp_path, shared, name):
   for i in range(2):
     env = dict(os.environ, JAX_PLATFORMS="cpu", JAX_COORDINATOR_ADDRESS=f"localhost:{port}",
                JAX_NUM_PROCESSES="2", JAX_PROCESS_ID=str(i),
-               XLA_FLAGS="--xla_force_host_platform_device_count=1",
+               XLA_FLAGS=xla_flags("--xla_force_host_platform_device_count=1"),
                JAX_CPU_COLLECTIVES_IMPLEMENTATION="gloo")
     # Output to files: a full pipe would block one process inside a collective.
     log = open(tmp_path / f"process{i}.log", "w", encoding="utf-8")  # pylint: disable=consider-using-with

@@ -29,6 +29,7 @@ from jaxspatial.train import fingerprint
 from jaxspatial.train.checkpoint import (Checkpointer, CheckpointCorruptError, CheckpointError,
                                          CheckpointMismatchError)
 from tests.train.checkpoint_worker import assert_state_equal, build, snapshot, train
+from tests.conftest import xla_flags
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 # Orbax leaves read coroutines pending when a damaged array fails to read.
@@ -154,7 +155,7 @@ def test_fingerprints_equal_a_numpy_reference_and_see_every_bit():
 def worker(tmp_path_factory):
   """The scenarios of tests/train/checkpoint_worker.py, run once in their own process."""
   root = tmp_path_factory.mktemp("worker")
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
+  env = dict(os.environ, XLA_FLAGS=xla_flags("--xla_force_host_platform_device_count=8"),
              JAX_PLATFORMS="cpu")
   result = subprocess.run([sys.executable, "-m", "tests.train.checkpoint_worker", str(root)],
                           env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)

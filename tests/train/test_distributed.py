@@ -17,6 +17,7 @@ from jaxspatial.models.qwen2_5_vl import Qwen25VL
 from jaxspatial.train import OptimizerConfig, make_optimizer, train_step
 from tests.train.distributed_worker import GRPO
 from tests.train.sharded_worker import CONFIG, batch
+from tests.conftest import xla_flags
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -33,7 +34,7 @@ def _two_processes(tmp_path, *args) -> list[str]:
   for i in range(2):
     env = dict(os.environ, JAX_PLATFORMS="cpu", JAX_COORDINATOR_ADDRESS=f"localhost:{port}",
                JAX_NUM_PROCESSES="2", JAX_PROCESS_ID=str(i),
-               XLA_FLAGS="--xla_force_host_platform_device_count=1")
+               XLA_FLAGS=xla_flags("--xla_force_host_platform_device_count=1"))
     # Output to files: a full pipe would block one process inside a collective.
     log = open(tmp_path / f"process{i}.log", "w", encoding="utf-8")  # pylint: disable=consider-using-with
     procs.append(subprocess.Popen([sys.executable, "-m", "tests.train.distributed_worker",

@@ -10,12 +10,13 @@ import subprocess
 import sys
 
 import pytest
+from tests.conftest import xla_flags
 
 
 @pytest.mark.multidevice
 @pytest.mark.recipe_checks
 def test_sharded_steps_and_checkpoint_restore_on_another_mesh():
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
+  env = dict(os.environ, XLA_FLAGS=xla_flags("--xla_force_host_platform_device_count=8"),
              JAX_PLATFORMS="cpu")
   root = pathlib.Path(__file__).resolve().parents[2]
   result = subprocess.run([sys.executable, "-m", "tests.train.sharded_worker"], env=env,
