@@ -111,6 +111,7 @@ bench: $(DEV_STAMP) system-deps
 	$(PY) -m benchmarks.claw_bench
 	$(PY) -m benchmarks.prefix_bench
 	$(PY) -m benchmarks.serving_bench
+	$(PY) -m benchmarks.call_overhead_bench
 
 device-bench: $(DEV_STAMP) system-deps
 	$(PY) -m benchmarks.device_suite

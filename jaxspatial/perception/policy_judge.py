@@ -451,8 +451,9 @@ class PolicyJudge(DeviceJudge):
 
 
 def _jit(fn):
-  from flax import nnx  # pylint: disable=import-outside-toplevel
-  return nnx.jit(fn, static_argnums=0)
+  # The judge's policy rides in `state()` as the pytree a module is (a frozen policy: only
+  # read, no dropout), so `jax.jit` takes it without `nnx.jit`'s graph walk per verdict.
+  return jax.jit(fn, static_argnums=0)
 
 
 @functools.cache

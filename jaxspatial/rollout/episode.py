@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxspatial.models.reading_jit import reading_jit
 from jaxspatial.models.sampler import (DecodeState, append, append_hidden, filter_logits,
                                       mark_seen, prefill, repeat_rows, repetition_penalty)
 from jaxspatial.models.sampler import sample_token as sampler_choose
@@ -361,7 +362,7 @@ def rollout(model, agent, automaton: TokenAutomaton, template: ObservationTempla
             judge_state=None, replay: bool = False, group: int = 1) -> Trajectory:
   """Runs B episodes. `tasks` is a batch of `Task`s; the prompt holds the image tokens of
   the N views `agent.reset` returns (N x `image_tokens(model, agent.image_size)`, in order;
-  views the prompt masks still take their slots). Jit it with `nnx.jit` and `agent`,
+  views the prompt masks still take their slots). Jit it with `agent`,
   `template`, `config`, `judge` static (see `compile_rollout`).
 
   An episode ends with an answer, a malformed turn (unless the agent's
@@ -590,18 +591,16 @@ def rollout(model, agent, automaton: TokenAutomaton, template: ObservationTempla
 @functools.lru_cache(maxsize=16)
 def compile_rollout(agent, template: ObservationTemplate, config: RolloutConfig,
                     judge: Callable | None = None, replay: bool = False, group: int = 1):
-  """`rollout` under `nnx.jit`: f(model, automaton, tasks, prompt_ids, prompt_mask, key,
+  """`rollout` jitted: f(model, automaton, tasks, prompt_ids, prompt_mask, key,
   forced=None, judge_state=None); an on-device judge's `state()` goes in `judge_state`;
   `replay`: forced turns are whole, each written as one segment; `group`: consecutive rows
   share a prompt, prefilled once."""
-  from flax import nnx  # pylint: disable=import-outside-toplevel
 
-  @nnx.jit
   def run(model, automaton, tasks, prompt_ids, prompt_mask, key, forced=None,
           judge_state=None):
     return rollout(model, agent, automaton, template, tasks, prompt_ids, prompt_mask, key,
                    config, judge, forced, judge_state, replay, group)
-  return run
+  return reading_jit(run)
 
 
 def forced_tokens(tokenizer, scripts, config: RolloutConfig) -> np.ndarray:

@@ -10,6 +10,8 @@ decoding (the model is free; malformed turns end the episode).
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -24,17 +26,20 @@ from jaxspatial.rollout.observation import ObservationTemplate, observation_toke
 from jaxspatial.rollout.parse import ParsedTurn
 
 
-@nnx.jit(static_argnames=("size", "dtype"))
-def _prefill(model, ids, mask, images, size, dtype):
+# Each program is `jax.jit` over the model split once per rollout (graphdef static): `nnx.jit`
+# would walk the module graph on every token.
+@functools.partial(jax.jit, static_argnames=("graphdef", "size", "dtype"))
+def _prefill(graphdef, params, ids, mask, images, size, dtype):
+  model = nnx.merge(graphdef, params)
   pixels, grids, sequence_grids = vision.prompt_inputs(model, images)
   return prefill(model, ids, mask, size, jnp.dtype(dtype), pixels, grids, sequence_grids)
 
 
 # The cache crosses the jit boundary on every token here: donated, it is updated in place
 # (the compiled rollout carries it inside one program and needs no donation).
-@nnx.jit(static_argnames=("config",), donate_argnames=("dstate",))
-def _decode_step(model, dstate, logits, key, turn, k, writing, forced, config):
-  text = model.language_model
+@functools.partial(jax.jit, static_argnames=("graphdef", "config"), donate_argnames=("dstate",))
+def _decode_step(graphdef, params, dstate, logits, key, turn, k, writing, forced, config):
+  text = nnx.merge(graphdef, params).language_model
   token, logp = sample_token(logits, rules.token_key(key, turn, k), config)
   token, logp = force(logits, token, logp, forced, config)
   token = jnp.where(writing, token, config.pad_token)
@@ -51,8 +56,9 @@ def _decode_step(model, dstate, logits, key, turn, k, writing, forced, config):
       jnp.float32)
 
 
-@nnx.jit(donate_argnames=("dstate",))
-def _append(model, dstate, ids, mask, images):
+@functools.partial(jax.jit, static_argnames=("graphdef",), donate_argnames=("dstate",))
+def _append(graphdef, params, dstate, ids, mask, images):
+  model = nnx.merge(graphdef, params)
   pixels, grids, sequence_grids = vision.view_inputs(model, images)
   return append(model, dstate, ids, mask, pixels, grids, sequence_grids)
 
@@ -79,8 +85,9 @@ def host_rollout(model, agent, tokenizer, template: ObservationTemplate, tasks, 
       rules.reset_keys(key, batch), tasks)
   prompt_images = vision.prompt_views(prompt_images)
   images = prompt_images[:, 0]
-  dstate, logits = _prefill(model, jnp.asarray(prompt_ids), jnp.asarray(prompt_mask),
-                            prompt_images, size, config.cache_dtype)
+  graphdef, params = nnx.split(model)
+  dstate, logits = _prefill(graphdef, params, jnp.asarray(prompt_ids),
+                            jnp.asarray(prompt_mask), prompt_images, size, config.cache_dtype)
   tokens = np.full((batch, size), config.pad_token, np.int32)
   tokens[:, :prompt_length] = prompt_ids
   attention = np.zeros((batch, size), bool)
@@ -112,9 +119,9 @@ def host_rollout(model, agent, tokenizer, template: ObservationTemplate, tasks, 
       slot = int(dstate.next_slot)
       forced_k = (np.full(batch, -1, np.int32) if forced is None
                   else np.asarray(forced)[:, turn, k].astype(np.int32))
-      token, logp, dstate, logits = _decode_step(model, dstate, logits, key, turn, k,
-                                                 jnp.asarray(writing), jnp.asarray(forced_k),
-                                                 config)
+      token, logp, dstate, logits = _decode_step(graphdef, params, dstate, logits, key, turn,
+                                                 k, jnp.asarray(writing),
+                                                 jnp.asarray(forced_k), config)
       token, logp = np.asarray(token), np.asarray(logp)
       tokens[:, slot] = token
       attention[:, slot] = writing
@@ -175,7 +182,7 @@ def host_rollout(model, agent, tokenizer, template: ObservationTemplate, tasks, 
                         for n, v in zip(next_numbers, variants)))
       ids, mask = np.stack(ids), np.stack(mask) & continuing[:, None]
       slot = int(dstate.next_slot)
-      dstate, logits = _append(model, dstate, jnp.asarray(ids), jnp.asarray(mask), images)
+      dstate, logits = _append(graphdef, params, dstate, jnp.asarray(ids), jnp.asarray(mask), images)
       tokens[:, slot:slot + template.length] = ids
       attention[:, slot:slot + template.length] = mask
     running = continuing

@@ -45,6 +45,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from jaxspatial.models.reading_jit import reading_jit
 from jaxspatial.models.sampler import SamplingConfig, decode, prefill
 from jaxspatial.rl.rewards import device_text
 from jaxspatial.rl.rewards.papers import latent_similarity
@@ -277,12 +278,10 @@ def rollout(policy, automaton: TokenAutomaton, prompt_ids_BxL: Array, prompt_mas
 
 @functools.lru_cache(maxsize=8)
 def compile_rollout(config: Thinker3DRolloutConfig):
-  """`rollout` under `nnx.jit`: f(policy, automaton, prompt_ids, prompt_mask, images,
+  """`rollout` jitted: f(policy, automaton, prompt_ids, prompt_mask, images,
   features, answer_choice, key)."""
-  from flax import nnx  # pylint: disable=import-outside-toplevel
 
-  @nnx.jit
   def run(policy, automaton, prompt_ids, prompt_mask, images, features, answer_choice, key):
     return rollout(policy, automaton, prompt_ids, prompt_mask, images, features,
                    answer_choice, key, config)
-  return run
+  return reading_jit(run)

@@ -50,8 +50,9 @@ phase, the data iterator's state), so a run restored at step k continues exactly
 never stopped (SIGKILL and resume give the same metrics, tested for every recipe by `make
 train-checks`). An RL step (`rl_step`): the experiment's episodes and rewards, advantages, old
 log-probabilities recomputed under the current parameters (`batch_logprobs`, the rollout's
-temperature) and the reference's, then `epochs x mini_batches` calls of `train_step`
-(micro-batches accumulate (sum, denominator) pairs, so the loss equals the full-batch loss; a
+temperature) and the reference's, then `epochs x mini_batches` optimizer steps on the model
+and optimizer split once (`split_train_step`, `jax.jit` over held state: no graph walk per
+call; `train_step` is the one-call form) (micro-batches accumulate (sum, denominator) pairs, so the loss equals the full-batch loss; a
 non-finite loss or gradient is not applied and the run stops naming the step, before any save).
 One mesh ('data', 'fsdp', 'tensor') serves rollouts and updates; batches are sharded over
 ('data', 'fsdp').
@@ -111,7 +112,8 @@ from jaxspatial.train.experiment import Experiment, ExportedPolicy, Phase, Rollo
 from jaxspatial.train.trainer import (Preempted, Trainer, config_changes, flat_config,
                                       mesh_from_config, rl_step)
 from jaxspatial.train.reference import ReferencePolicy
-from jaxspatial.train.steps import StepConfig, TrainBatch, batch_logprobs, shard_batch, train_step
+from jaxspatial.train.steps import (StepConfig, TrainBatch, batch_logprobs, shard_batch,
+                                    split_logprobs, split_train_step, train_step)
 
 __all__ = ["AdvantageConfig", "ESTIMATORS", "register_advantage_estimator", "CheckpointCorruptError", "CheckpointError",
            "CheckpointMismatchError", "Checkpointer", "Experiment", "ExportedPolicy", "LOSSES", "Phase", "Preempted",
@@ -119,5 +121,5 @@ __all__ = ["AdvantageConfig", "ESTIMATORS", "register_advantage_estimator", "Che
            "register_loss", "rl_step", "MetricWriter", "OptimizerConfig", "PreemptionGuard",
            "ReferencePolicy", "StepConfig",
            "TrainBatch", "batch_logprobs", "grpo", "global_batch", "initialize_from_env", "key_from_json",
-           "key_to_json", "make_optimizer", "process_rows", "read_jsonl", "shard_batch", "token_logprobs",
-           "train_step", "trainable"]
+           "key_to_json", "make_optimizer", "process_rows", "read_jsonl", "shard_batch", "split_logprobs",
+           "split_train_step", "token_logprobs", "train_step", "trainable"]

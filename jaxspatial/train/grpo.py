@@ -21,13 +21,15 @@ import time
 
 import jax
 import jax.numpy as jnp
+from flax import nnx
 
 from typing import Callable
 
 from jaxspatial.rl.advantages import (group_normalize, or_gigpo_advantages, rloo_advantages,
                                       token_advantages)
 from jaxspatial.train.registry import registrar
-from jaxspatial.train.steps import StepConfig, TrainBatch, batch_logprobs, shard_batch, train_step
+from jaxspatial.train.steps import (StepConfig, TrainBatch, batch_logprobs, shard_batch,
+                                    split_train_step)
 
 Array = jax.Array
 
@@ -132,16 +134,20 @@ def update(model, optimizer, batch: TrainBatch, config: StepConfig, mesh, refere
     timings["logprobs"] = time.perf_counter() - started
     started = time.perf_counter()
   size = batch.batch_size // mini_batches
-  finite = True
   metrics = {}
-  for _ in range(epochs):
-    for part in range(mini_batches):
-      piece = jax.tree.map(lambda x: x[part * size:(part + 1) * size], batch)
-      with jax.set_mesh(mesh):
-        metrics = train_step(model, optimizer, shard_batch(piece, mesh), config)
-      finite = finite and bool(metrics["finite"])
-      if not finite:
-        return {**metrics, "finite": jnp.asarray(False)}
+  # Split once for all the optimizer steps: each takes the held state (no graph walk per
+  # call), written back to the modules before anything else reads them.
+  graphdef, state = nnx.split((model, optimizer))
+  try:
+    for _ in range(epochs):
+      for part in range(mini_batches):
+        piece = jax.tree.map(lambda x: x[part * size:(part + 1) * size], batch)
+        with jax.set_mesh(mesh):
+          state, metrics = split_train_step(graphdef, state, shard_batch(piece, mesh), config)
+        if not bool(metrics["finite"]):
+          return {**metrics, "finite": jnp.asarray(False)}
+  finally:
+    nnx.update((model, optimizer), state)
   if timings is not None:
     timings["update"] = time.perf_counter() - started
   return metrics
