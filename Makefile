@@ -75,6 +75,7 @@ recipes: $(RUNTIME_STAMP) system-deps
 TEST_WORKERS ?= 2
 test: $(DEV_STAMP) system-deps
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=30 tests/train tests/recipes tests/models tests
+	JAXSPATIAL_TESTS_XLA_DEFAULT=1 $(PY) -m pytest -m "xla_default and not slow" -q tests
 
 # The compile-heavy end-to-end checks that do not fit CI's budget (`@pytest.mark.slow`,
 # 20 s to 4 min each): the 3DThinker stage 1 / stage 2 runs, Think3D from a pretrained
@@ -84,6 +85,7 @@ test: $(DEV_STAMP) system-deps
 # 28m16s as one target on a clean clone, on 2 cores with other work beside it).
 slow-tests: $(DEV_STAMP) system-deps
 	$(PY) -m pytest -m slow -n $(TEST_WORKERS) --dist loadfile --durations=20 tests
+	JAXSPATIAL_TESTS_XLA_DEFAULT=1 $(PY) -m pytest -m "xla_default and slow" -q tests || [ $$? -eq 5 ]
 
 # Every recipe (demo, Think3D-RL, Act3D, PERIA, 3DThinker stages 1 and 2) at tiny size through
 # the trainer: SIGKILL + resume equals an uninterrupted run, a NaN stops naming its step,

@@ -265,6 +265,7 @@ def test_compiles_once_per_bucket():
   assert splat._render_jit._cache_size() == 2
 
 
+@pytest.mark.xla_default
 def test_view_groups_give_the_same_images(monkeypatch):
   """Accelerators render big batches as groups of one flat scatter; any grouping is exact."""
   from jaxspatial.render import splat

@@ -124,6 +124,7 @@ def _by_hand(agent, tasks, b, moves):
   return np.stack(views), numbers, state, task
 
 
+@pytest.mark.xla_default
 def test_act3d_episodes_equal_the_environment_stepped_by_hand(act3d_run):
   agent, tasks, records = act3d_run["agent"], act3d_run["tasks"], act3d_run["records"]
   views, _, state, task = _by_hand(agent, tasks, 0, [("forward", 0.5), ("turn_left",)])
@@ -154,6 +155,7 @@ def test_act3d_episodes_equal_the_environment_stepped_by_hand(act3d_run):
   assert act3d_run["stats"]["sent"] == 7
 
 
+@pytest.mark.xla_default
 def test_act3d_requests_hold_the_prompts_and_the_views(act3d_run):
   agent, tasks, requests = act3d_run["agent"], act3d_run["tasks"], act3d_run["requests"]
   assert all(r["headers"]["Authorization"] == "Bearer sk-test-123" for r in requests)
@@ -189,6 +191,7 @@ def _view(camera, azimuth, elevation, ego):
           f'"elevation_angle": {elevation}, "camera_view": {str(ego).lower()}}}}}</tool_call>')
 
 
+@pytest.mark.xla_default
 def test_think3d_episodes_show_the_input_views_and_equal_the_view_tool_by_hand():
   agent = agents.Think3DAgent(think3d.Think3DParams(width=32, height=24, max_rounds=2,
                                                     num_prompt_images=4))
@@ -240,6 +243,7 @@ PERIA_PARAMS = peria.PeriaParams(width=32, height=24, max_images=4, max_turns=4,
                                  max_path_points=4)
 
 
+@pytest.mark.xla_default
 def test_peria_continues_after_a_format_error_and_shows_each_new_image():
   params = PERIA_PARAMS
   agent = agents.PeriaAgent(params)
