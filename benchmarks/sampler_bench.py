@@ -24,6 +24,7 @@ context (`memory.cache_bytes`). The device suite runs the same rows at the paper
 from __future__ import annotations
 
 import argparse
+import importlib
 import tempfile
 import time
 
@@ -106,15 +107,18 @@ CONTEXTS = (4096, 16384, 24576)
 
 
 def decode_at_context(model, context: int, batch: int = 1, new: int = 32,
-                      cache_dtype=jnp.bfloat16, repeats: int = 3) -> float:
+                      cache_dtype=jnp.bfloat16, repeats: int = 3, capacity: int | None = None,
+                      block: int | None = None) -> float:
   """Seconds for `new` greedy decode steps after a cache that holds `context` valid slots
-  (their content does not change the work: every slot is read)."""
+  (their content does not change the work) in a cache of `capacity` slots (default: context
+  + new); `block`: `attention.DECODE_BLOCK` for this program (0: every slot read each step;
+  default: the library's)."""
   from jaxspatial.models.sampler import DecodeState, decode  # pylint: disable=import-outside-toplevel
   hidden, vocab = model.config.text.hidden_size, model.config.text.vocab_size
+  capacity = capacity or context + new
 
   @jax.jit
   def run(model, key):
-    capacity = context + new
     state = DecodeState(
         cache=model.language_model.init_cache(batch, capacity, cache_dtype),
         valid=jnp.broadcast_to(jnp.arange(capacity) < context, (batch, capacity)),
@@ -125,7 +129,13 @@ def decode_at_context(model, context: int, batch: int = 1, new: int = 32,
     return decode(model, state, jnp.zeros((batch, vocab), jnp.float32), key,
                   SamplingConfig(max_new_tokens=new)).tokens
 
-  return best(lambda: jax.block_until_ready(run(model, jax.random.key(0))), repeats)
+  attention = importlib.import_module("jaxspatial.models.attention")
+  default = attention.DECODE_BLOCK
+  attention.DECODE_BLOCK = default if block is None else block  # read when `run` traces
+  try:
+    return best(lambda: jax.block_until_ready(run(model, jax.random.key(0))), repeats)
+  finally:
+    attention.DECODE_BLOCK = default
 
 
 def context_rows(models: dict, contexts=CONTEXTS, batch: int = 1, new: int = 32,

@@ -1,6 +1,7 @@
 """Attention for prefill and training: `jax.nn.dot_product_attention` with the backend's
 fused kernel where it exists (cuDNN flash attention on GPU in bf16 / fp16), the einsum path
-elsewhere. Decode (one query position over a KV cache) always takes the einsum path.
+elsewhere. Attention over a KV cache (a decode step, and a segment on the einsum path) reads
+the cache block by block up to its last written slot (`filled_attention`), not its capacity.
 
 Implementations, by name:
   "einsum"  grouped-query einsum, float32 scores and softmax (the reference)
@@ -60,6 +61,58 @@ def einsum_attention(q_BxTxNxD: Array, k_BxSxKxD: Array, v_BxSxKxD: Array,
   probs = jax.nn.softmax(scores, axis=-1).astype(q.dtype)
   out = jnp.einsum("bkgts,bskd->btkgd", probs, v_BxSxKxD.astype(q.dtype))
   return out.reshape(b, t, n, d)
+
+
+# Cache attention reads the cache block by block up to its fill (`filled_attention`): a
+# decode step early in a rollout, whose cache is sized for the whole episode, does not
+# pay for the empty slots (benchmarks/decode_bench.py). 0: the whole capacity every step.
+DECODE_BLOCK = 128
+
+
+def decode_block() -> int:
+  """`DECODE_BLOCK`, read when a program is traced."""
+  return DECODE_BLOCK
+
+
+def filled_attention(q_BxTxNxD: Array, k_BxSxKxD: Array, v_BxSxKxD: Array,
+                     mask_BxTxS: Array, filled: Array, block: int) -> Array:
+  """`einsum_attention` over the cache's first `filled` slots only (traced; keys at or past
+  it must be masked out): a loop over `block`-slot blocks with a running softmax, so a
+  decode step's work follows the cache's fill, not its capacity. A row with no valid key
+  gets zeros (its output is ignored downstream)."""
+  b, t, n, d = q_BxTxNxD.shape
+  s, kv = k_BxSxKxD.shape[1], k_BxSxKxD.shape[2]
+  g = n // kv
+  q = q_BxTxNxD.reshape(b, t, kv, g, d)
+  scale = 1.0 / jnp.sqrt(jnp.float32(d))
+  blocks = -(-s // block)
+  lowest = jnp.finfo(jnp.float32).min
+
+  def body(j, carry):
+    peak, total, acc = carry
+    # The last block ends at the capacity (its start clamped); slots an earlier block
+    # already read are masked out.
+    start = jnp.minimum(j * block, s - block)
+    k = jax.lax.dynamic_slice_in_dim(k_BxSxKxD, start, block, 1).astype(q.dtype)
+    v = jax.lax.dynamic_slice_in_dim(v_BxSxKxD, start, block, 1).astype(q.dtype)
+    mask = jax.lax.dynamic_slice_in_dim(mask_BxTxS, start, block, 2)
+    mask = mask & ((start + jnp.arange(block)) >= j * block)
+    scores = jnp.einsum("btkgd,bskd->bkgts", q, k, preferred_element_type=jnp.float32) * scale
+    scores = jnp.where(mask[:, None, None], scores, lowest)
+    new_peak = jnp.maximum(peak, scores.max(-1))
+    probs = jnp.where(mask[:, None, None], jnp.exp(scores - new_peak[..., None]), 0.0)
+    decay = jnp.exp(peak - new_peak)
+    total = total * decay + probs.sum(-1)
+    acc = acc * decay[..., None] + jnp.einsum("bkgts,bskd->bkgtd", probs.astype(q.dtype), v,
+                                              preferred_element_type=jnp.float32)
+    return new_peak, total, acc
+
+  init = (jnp.full((b, kv, g, t), lowest, jnp.float32), jnp.zeros((b, kv, g, t), jnp.float32),
+          jnp.zeros((b, kv, g, t, d), jnp.float32))
+  used = jnp.minimum(-(-filled // block), blocks)
+  _, total, acc = jax.lax.fori_loop(0, used, body, init)
+  out = acc / jnp.maximum(total, jnp.finfo(jnp.float32).tiny)[..., None]
+  return out.transpose(0, 3, 1, 2, 4).reshape(b, t, n, d).astype(q.dtype)
 
 
 def attention(q_BxTxNxD: Array, k_BxSxKxD: Array, v_BxSxKxD: Array,

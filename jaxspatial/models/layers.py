@@ -13,7 +13,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from jaxspatial.models.attention import attention, check_implementation, write_cache
+from jaxspatial.models.attention import (attention, check_implementation, decode_block,
+                                        filled_attention, resolve, write_cache)
 from jaxspatial.models.rope import apply_rotary
 from jaxspatial.models.sharding import logical_init
 
@@ -64,12 +65,18 @@ def attend(q: Array, k: Array, v: Array, mask_BxLxS: Array, implementation: str,
            cache: tuple[Array, Array] | None, index: Array | None):
   """(attention output [B, L, H, D], cache). With (k, v) caches [B, S, KV, D], k and v are
   first written at [index, index + L) and the queries attend over the cache's first slots
-  the mask covers (all of them, or a prefill's own)."""
+  the mask covers (a prefill's own), or over its blocks up to the last slot written
+  (`filled_attention`) where the einsum path would read the whole capacity."""
   if cache is not None:
     k_cache, v_cache = cache
     k, v = write_cache(k_cache, k, index), write_cache(v_cache, v, index)
     cache = (k, v)
     keys = mask_BxLxS.shape[-1]
+    block = decode_block()
+    if (0 < block < keys == k.shape[1]
+        and (q.shape[1] == 1 or resolve(implementation, q.dtype) == "einsum")):
+      filled = jnp.max(index) + q.shape[1]  # no query reads a slot at or past it
+      return filled_attention(q, k, v, mask_BxLxS, filled, block), cache
     k, v = k[:, :keys], v[:, :keys]
   return attention(q, k, v, mask_BxLxS, implementation), cache
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from jaxspatial.models.attention import resolve
+from jaxspatial.models.attention import decode_block, resolve
 
 FLOAT = 4  # bytes: scores, softmax and activations are float32 at worst
 
@@ -38,7 +38,13 @@ def prefill_bytes(model, tokens: int, patches: tuple[int, ...] = (),
   heads, kv, dim = c.num_attention_heads, c.num_key_value_heads, c.head_dim
   kinds = getattr(c, "layer_types", None) or ("full_attention",) * c.num_hidden_layers
   full_layers = sum(kind == "full_attention" for kind in kinds)
-  scores = 0 if _fused(model) or not full_layers else 4 * heads * tokens * tokens * FLOAT
+  block = decode_block()
+  if _fused(model) or not full_layers:
+    scores = 0
+  elif 0 < block < tokens:  # the einsum path reads the cache by blocks (filled_attention)
+    scores = (4 * block + 3 * dim) * heads * tokens * FLOAT
+  else:
+    scores = 4 * heads * tokens * tokens * FLOAT
   activations = tokens * (2 * heads * dim + 2 * kv * dim + 3 * c.intermediate_size
                           + 6 * c.hidden_size) * FLOAT
   cache = full_layers * 2 * tokens * kv * dim * jnp.dtype(cache_dtype).itemsize
