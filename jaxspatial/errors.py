@@ -18,6 +18,7 @@ its kind has always been, so `except ValueError` around a loader keeps working:
   ├── CheckpointError (RuntimeError)     a training checkpoint could not be written or read
   │   ├── CheckpointCorruptError
   │   └── CheckpointMismatchError (ValueError)  the run's state has another structure
+  ├── WorkdirInUseError (RuntimeError)   another live run holds the training work directory
   ├── ToolError (RuntimeError)           a perception tool failed while running
   ├── ServiceError (RuntimeError)        a service we call (judge endpoint, tool server)
   │   └── TransportError (OSError)       the connection dropped or timed out (retried)
@@ -34,7 +35,7 @@ __all__ = ["CheckpointCorruptError", "CheckpointError", "CheckpointMismatchError
            "InputError", "JaxspatialError", "KernelStartError", "MissingInputError",
            "ModelFolderError", "RecordError", "ResumeError", "SandboxError", "SandboxUnavailable",
            "ServiceError", "StepFormatError", "ToolArgumentError", "ToolError", "TransportError",
-           "WireError", "check_one_of"]
+           "WireError", "WorkdirInUseError", "check_one_of"]
 
 
 class JaxspatialError(Exception):
@@ -87,6 +88,11 @@ class CheckpointCorruptError(CheckpointError):
 
 class CheckpointMismatchError(CheckpointError, ValueError):
   """A checkpoint holds state of another structure than the run's."""
+
+
+class WorkdirInUseError(JaxspatialError, RuntimeError):
+  """Another live run holds the work directory; the message names it (host, pid, start,
+  command)."""
 
 
 class ToolError(JaxspatialError, RuntimeError):

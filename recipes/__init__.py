@@ -75,10 +75,12 @@ def experiment(config):
 
 
 def train(config) -> dict:
-  """Trains the config's recipe with the library trainer; returns its results."""
-  from jaxspatial.train import Trainer, initialize_from_env  # pylint: disable=import-outside-toplevel
+  """Trains the config's recipe with the library trainer; returns its results. The work
+  directory is held first: a second run on it stops before building anything."""
+  from jaxspatial.train import Trainer, hold_workdir, initialize_from_env  # pylint: disable=import-outside-toplevel
   initialize_from_env()  # before the recipe's modules start the backend
-  return Trainer(config, experiment(config)).run()
+  with hold_workdir(config.workdir):
+    return Trainer(config, experiment(config)).run()
 
 
 def evaluate(config, checkpoint: str | None = None, split: str | None = None,

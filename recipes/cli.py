@@ -17,6 +17,8 @@ import sys
 from absl import app, flags
 from ml_collections import config_flags
 
+from jaxspatial.errors import WorkdirInUseError
+
 HELP = ("--help", "-h", "--helpshort", "--helpfull", "-?")
 
 
@@ -127,8 +129,15 @@ def parse_flags(argv: list[str]) -> list[str]:
 
 
 def run(main) -> None:
-  """`app.run(main)` with `parse_flags`."""
-  app.run(main, flags_parser=parse_flags)
+  """`app.run(main)` with `parse_flags`; a work directory another run holds is one line."""
+
+  def guarded(argv):
+    try:
+      return main(argv)
+    except WorkdirInUseError as error:
+      sys.exit(f"{_tool()}: {error}")
+
+  app.run(guarded, flags_parser=parse_flags)
 
 
 def define_flags(options_class) -> None:

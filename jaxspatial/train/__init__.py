@@ -33,7 +33,12 @@ Modules:
   exports, built without its data),
 - trainer.py (Trainer: the one training loop; rl_step, the one RL step GRPO, OR-GIGPO and
   3DThinker stage 2 take; `Trainer.restore`: the one restore path of launch.eval and
-  launch.export, the folder and step checked first, the steps there named)
+  launch.export, the folder and step checked first, the steps there named),
+- workdir_lock.py (`hold_workdir`: one run per work directory: an OS lock (flock) on
+  <workdir>/.lock, freed by the kernel when its holder dies, taken over with a line naming
+  it; on an object store a lease (lease.json, heartbeat every 30 s, stale after 120 s);
+  process 0 only; re-entrant; `WorkdirInUseError` names the holder's host, pid, start and
+  command)
 
 One loop: `jaxspatial.train.Trainer(config, experiment).run()` (`launch.train` calls it through
 `recipes.train`). The trainer owns the mesh (`config.mesh`), builds the policy under it
@@ -112,6 +117,7 @@ from jaxspatial.train.experiment import Experiment, ExportedPolicy, Phase, Rollo
 from jaxspatial.train.trainer import (Preempted, Trainer, config_changes, flat_config,
                                       mesh_from_config, rl_step)
 from jaxspatial.train.reference import ReferencePolicy
+from jaxspatial.train.workdir_lock import WorkdirLock, hold_workdir
 from jaxspatial.train.steps import (StepConfig, TrainBatch, batch_logprobs, shard_batch,
                                     split_logprobs, split_train_step, train_step)
 
@@ -122,4 +128,5 @@ __all__ = ["AdvantageConfig", "ESTIMATORS", "register_advantage_estimator", "Che
            "ReferencePolicy", "StepConfig",
            "TrainBatch", "batch_logprobs", "grpo", "global_batch", "initialize_from_env", "key_from_json",
            "key_to_json", "make_optimizer", "process_rows", "read_jsonl", "shard_batch", "split_logprobs",
-           "split_train_step", "token_logprobs", "train_step", "trainable"]
+           "split_train_step", "token_logprobs", "train_step", "trainable", "WorkdirLock",
+           "hold_workdir"]

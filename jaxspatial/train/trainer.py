@@ -1,5 +1,6 @@
 """The one training loop: an `Experiment`'s phases on a mesh, with checkpoints, resume,
-preemption, non-finite refusal, metrics, progress and the final evaluation and report.
+preemption, non-finite refusal, metrics, progress and the final evaluation and report; one
+run per work directory (`workdir_lock.hold_workdir`).
 
     results = Trainer(config, experiment).run()
 
@@ -42,6 +43,7 @@ from jaxspatial.train.optim import make_optimizer
 from jaxspatial.train.plots import line_chart
 from jaxspatial.train.reference import ReferencePolicy
 from jaxspatial.train.steps import train_step
+from jaxspatial.train.workdir_lock import hold_workdir
 
 PREEMPTED_STATUS = 143  # 128 + SIGTERM: a failure to SLURM (--requeue) and to Kubernetes
 
@@ -227,8 +229,14 @@ class Trainer:
   # -- the loop ----------------------------------------------------------------------------
 
   def run(self) -> dict:
-    c, experiment = self.config, self.experiment
+    """Trains the experiment's phases in the config's workdir, held for this run
+    (`hold_workdir`: a second run on it stops naming this one); returns the results."""
     initialize_from_env()
+    with hold_workdir(self.workdir):
+      return self._run()
+
+  def _run(self) -> dict:
+    c, experiment = self.config, self.experiment
     self.workdir.mkdir(parents=True, exist_ok=True)
     checkpointer = Checkpointer(self.workdir / "checkpoints", keep=c.checkpoint.keep,
                                 best_metric="reward")

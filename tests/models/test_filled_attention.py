@@ -56,7 +56,8 @@ def test_a_greedy_generation_equals_the_whole_capacity_path(monkeypatch):
   from flax import nnx  # pylint: disable=import-outside-toplevel
   from jaxspatial.models.qwen2_5_vl import (  # pylint: disable=import-outside-toplevel
       Qwen25VL, Qwen25VLConfig, TextConfig, VisionConfig)
-  from jaxspatial.models.sampler import SamplingConfig, generate  # pylint: disable=import-outside-toplevel
+  from jaxspatial.models.sampler import (  # pylint: disable=import-outside-toplevel
+      SamplingConfig, generate)
   text = TextConfig(vocab_size=128, hidden_size=64, intermediate_size=128,
                     num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                     mrope_section=(2, 3, 3))
