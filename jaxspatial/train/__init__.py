@@ -67,8 +67,9 @@ fingerprints and each process's data-iterator state) go to `latest/` (last K, `c
 >= 1) and `best/` (by RL reward), asynchronously and atomically; a restore verifies the
 fingerprints and falls back to the newest intact step, moving the damaged one aside
 (train/checkpoint.py). A resume whose config differs in anything that changes the run is refused
-with the differences (`resume_overrides` lists keys allowed to change, or "*"; paths, logging,
-evaluation and fault injection are always allowed); a work directory holding a run is refused
+with the differences (`resume_overrides` lists keys allowed to change, or "*"; the workdir,
+logging, the checkpoint cadence, evaluation and fault injection are always allowed; the data
+folder, the model folder and the mesh are not); a work directory holding a run is refused
 without `resume`; a failed save stops the run with one line naming the step and the cause;
 `metrics.jsonl` holds exactly one row per step (a resume drops the rows it redoes). SIGTERM
 saves the step and raises `Preempted`, a SystemExit with status 143, which launch/slurm_gpu.sh

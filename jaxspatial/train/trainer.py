@@ -47,11 +47,12 @@ from jaxspatial.train.workdir_lock import hold_workdir
 
 PREEMPTED_STATUS = 143  # 128 + SIGTERM: a failure to SLURM (--requeue) and to Kubernetes
 
-# Keys whose change does not change what a resumed run computes (paths, logging, the
-# checkpoint cadence, evaluation, fault injection).
+# Keys whose change does not change what a resumed run computes (the run's own folder,
+# logging, the checkpoint cadence, evaluation, fault injection). What the run reads (the
+# data folder and its build, the model folder that supplies the tokenizer and processor)
+# and the mesh are reported like any other change: allow them with resume_overrides.
 RESUME_SAFE = ("workdir", "resume", "resume_overrides", "log_every", "snapshot_every",
-               "checkpoint.every", "checkpoint.keep", "faults", "eval", "evaluate", "mesh",
-               "data.data_dir", "data.build", "model.checkpoint",
+               "checkpoint.every", "checkpoint.keep", "faults", "eval", "evaluate",
                "rl.share_prompts")  # the same samples either way (float32 rounding apart)
 
 
