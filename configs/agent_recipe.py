@@ -88,7 +88,7 @@ def base(name: str, agent: str, variant: str) -> ml_collections.ConfigDict:
   # --benchmark`), 0 = rollout.max_turns (Think3D: the paper's K = 3 views at evaluation,
   # the public RL script's 2 in training).
   c.eval = dict(batch=64, tasks=1024, max_turns=0)
-  c.checkpoint = dict(every=50, keep=3)
+  c.checkpoint = dict(every=50, keep=3, keep_aside=2, restart_from_zero=False)
   c.log_every = 10
   c.snapshot_every = 100
   c.resume = True

@@ -41,7 +41,9 @@ def get_config() -> ml_collections.ConfigDict:
                      aggregation="sequence-mean-token-mean")
   c.advantage = dict(estimator="grpo", group_size=8, ddof=1, eps=1e-6)  # AdvantageConfig
   c.eval = dict(batch=80)
-  c.checkpoint = dict(every=50, keep=2)
+  # keep_aside: damaged / superseded step folders kept, newest first; restart_from_zero: start
+  # again at step 0 when every saved step was found damaged
+  c.checkpoint = dict(every=50, keep=2, keep_aside=2, restart_from_zero=False)
   c.log_every = 10
   c.snapshot_every = 60        # GRPO steps between rollout HTML snapshots
   c.resume = True

@@ -69,7 +69,7 @@ TRAINER = dict(decay="linear", final_fraction=0.0, weight_decay_mask="transforme
 def trainer_settings(c: ml_collections.ConfigDict) -> None:
   """What the trainer reads, for both stages and variants (jaxspatial/train/trainer.py)."""
   c.mesh = dict(data=-1, fsdp=1, tensor=1)      # -1: all devices
-  c.checkpoint = dict(every=100, keep=2)
+  c.checkpoint = dict(every=100, keep=2, keep_aside=2, restart_from_zero=False)
   c.log_every = 10
   c.resume = True
   c.resume_overrides = ()

@@ -16,7 +16,9 @@ Modules:
   frozen reference; SIGTERM guard; each step records its arrays' fingerprints (fingerprint.py:
   exact uint32 sums on device, sharding-independent) and each process's data-iterator state; a
   latest restore takes the newest step that verifies, moving damaged ones to
-  latest/corrupt.<step>.<n> (never deleted) and best/ steps past it to best/superseded.*;
+  latest/corrupt.<step>.<n> and best/ steps past it to best/superseded.* (the newest
+  `checkpoint.keep_aside` of each kept; a latest/ left with none refuses to restart from 0
+  without `checkpoint.restart_from_zero`);
   requested steps and restore_params raise instead; a failed write is one CheckpointError naming
   step and cause at check / save / wait),
 - metrics.py (JSONL + TensorBoard via tensorboardX; one row per step: resume_step drops the rows

@@ -10,9 +10,12 @@ What a `Checkpointer` guarantees:
   cause at the next `check()`, `save()` or `wait()`; earlier steps stay intact. Orbax's
   own error logs keep their message lines, not their tracebacks (a filter on "absl").
 - A latest restore takes the newest step that reads back bit-exact: a damaged step is moved
-  aside (`latest/corrupt.<step>.<n>`, never deleted) with one line saying why, and the next
-  older one is tried. `best/` steps past the restored one (a future the run redoes) move to
-  `best/superseded.<step>.<n>`, so saving them again cannot collide.
+  aside (`latest/corrupt.<step>.<n>`) with one line saying why, and the next older one is
+  tried. `best/` steps past the restored one (a future the run redoes) move to
+  `best/superseded.<step>.<n>`, so saving them again cannot collide. `prune_aside(K)` keeps
+  the newest K moved-aside folders of each kind (the trainer: `checkpoint.keep_aside`, said
+  at start). A latest/ whose every step was moved aside refuses to start from step 0 unless
+  `restart_from_zero`.
 - An explicitly requested step, a best restore and `restore_params` never fall back: a
   damaged step raises `CheckpointCorruptError`.
 - Restores read onto the shardings of the model and optimizer passed in, so a run saved on
@@ -62,6 +65,12 @@ def _pure(state) -> dict:
 def _say(message: str) -> None:
   if jax.process_index() == 0:
     print(message, file=sys.stderr, flush=True)
+
+
+def _aside_key(name: str) -> tuple[int, int] | None:
+  """(step, n) of a moved-aside folder's name (corrupt.<step>.<n>, superseded.<step>.<n>)."""
+  match = re.fullmatch(r"(?:corrupt|superseded)\.(\d+)\.(\d+)", name)
+  return None if match is None else (int(match[1]), int(match[2]))
 
 
 def _canonical(value) -> str:
@@ -248,7 +257,8 @@ def _saved_dtype(entry: dict):
 
 class Checkpointer:
   def __init__(self, directory, keep: int = 3, best_metric: str | None = None,
-               best_mode: str = "max", async_save: bool = True):
+               best_mode: str = "max", async_save: bool = True,
+               restart_from_zero: bool = False):
     # Orbax reads max_to_keep=0 as "keep none": every step would be deleted right after it
     # is saved, and a killed run would silently restart from step 0.
     if not isinstance(keep, int) or isinstance(keep, bool) or keep < 1:
@@ -260,6 +270,9 @@ class Checkpointer:
     path = epath.Path(directory)
     self.directory = path if "://" in str(directory) else epath.Path(path.absolute())
     self.best_metric = best_metric
+    # A latest/ whose every step was moved aside as damaged: start again at step 0 only when
+    # asked (a silent restart would retrain what the damaged steps held).
+    self.restart_from_zero = restart_from_zero
     options = ocp.CheckpointManagerOptions(max_to_keep=keep,
                                            enable_async_checkpointing=async_save)
     self.latest = ocp.CheckpointManager(self.directory / "latest", options=options)
@@ -393,6 +406,38 @@ class Checkpointer:
   def steps(self, best: bool = False) -> list[int]:
     """The saved steps of latest/ (or best/), oldest first."""
     return sorted(self._manager(best).all_steps())
+
+  def aside_folders(self) -> list[epath.Path]:
+    """The step folders moved aside under latest/ and best/ (corrupt.<step>.<n>,
+    superseded.<step>.<n>), oldest step first."""
+    out = []
+    for name in ("latest", "best"):
+      folder = epath.Path(self.directory) / name
+      if folder.is_dir():
+        out += [f for f in folder.iterdir() if _aside_key(f.name) is not None]
+    return sorted(out, key=lambda f: (_aside_key(f.name), f.parent.name))
+
+  def prune_aside(self, keep: int) -> tuple[list[epath.Path], list[epath.Path]]:
+    """Deletes all but the newest `keep` moved-aside folders of each kind in each of
+    latest/ and best/ (each is a whole step: parameters and optimizer). Returns (kept,
+    deleted)."""
+    if not isinstance(keep, int) or isinstance(keep, bool) or keep < 0:
+      raise ValueError(f"Checkpointer: checkpoint.keep_aside must be an integer >= 0, got "
+                       f"{keep!r}")
+    groups = {}
+    for folder in self.aside_folders():
+      groups.setdefault((folder.parent.name, folder.name.split(".")[0]), []).append(folder)
+    kept, deleted = [], []
+    for folders in groups.values():
+      cut = len(folders) - keep
+      deleted += folders[:max(cut, 0)]
+      kept += folders[max(cut, 0):]
+    _sync("checkpoint_prune_aside")
+    if jax.process_index() == 0:
+      for folder in deleted:
+        folder.rmtree()
+    _sync("checkpoint_pruned_aside")
+    return kept, deleted
 
   # ---------------------------------------------------------------- reading
 
@@ -528,6 +573,13 @@ class Checkpointer:
       raise CheckpointCorruptError(
           f"no checkpoint under {self.latest.directory} reads back intact: "
           f"{'; '.join(skipped)}; they were moved aside (corrupt.<step>.<n>), not deleted")
+    damaged = [f.name for f in self.aside_folders() if f.parent.name == "latest"
+               and f.name.startswith("corrupt.")]
+    if damaged and not self.restart_from_zero:
+      raise CheckpointCorruptError(
+          f"{self.latest.directory}: every step was moved aside as damaged ("
+          f"{', '.join(damaged)}) and none is left to resume; to start the run again from "
+          "step 0, pass --config.checkpoint.restart_from_zero=True")
     self._retire_best_after(0)
     return None
 

@@ -10,8 +10,8 @@ step, phase, results, the config, and each process's data-iterator state, all in
 Orbax step, with fingerprints checked at restore), metrics (process 0; step k's are read
 while step k + 1 runs), the progress bar, SIGTERM and the report. It reads these config
 keys: seed, workdir, resume, mesh, model (the dtype policy), checkpoint.every /
-checkpoint.keep, log_every, resume_overrides and faults (tests: kill_after_step,
-sigterm_after_step, nan_at_step).
+checkpoint.keep / checkpoint.keep_aside / checkpoint.restart_from_zero, log_every,
+resume_overrides and faults (tests: kill_after_step, sigterm_after_step, nan_at_step).
 
 A resumed run continues exactly: every step's data and key derive from the seed, the
 step and the data iterator's state. Resuming refuses a config that differs in anything
@@ -52,7 +52,8 @@ PREEMPTED_STATUS = 143  # 128 + SIGTERM: a failure to SLURM (--requeue) and to K
 # data folder and its build, the model folder that supplies the tokenizer and processor)
 # and the mesh are reported like any other change: allow them with resume_overrides.
 RESUME_SAFE = ("workdir", "resume", "resume_overrides", "log_every", "snapshot_every",
-               "checkpoint.every", "checkpoint.keep", "faults", "eval", "evaluate",
+               "checkpoint.every", "checkpoint.keep", "checkpoint.keep_aside",
+               "checkpoint.restart_from_zero", "faults", "eval", "evaluate",
                "rl.share_prompts")  # the same samples either way (float32 rounding apart)
 
 
@@ -240,7 +241,8 @@ class Trainer:
     c, experiment = self.config, self.experiment
     self.workdir.mkdir(parents=True, exist_ok=True)
     checkpointer = Checkpointer(self.workdir / "checkpoints", keep=c.checkpoint.keep,
-                                best_metric="reward")
+                                best_metric="reward",
+                                restart_from_zero=c.checkpoint.get("restart_from_zero", False))
     self._check_workdir(checkpointer)
     self.mesh = self._make_mesh()
     with jax.set_mesh(self.mesh):
@@ -283,6 +285,7 @@ class Trainer:
         results = extra.get("results", {})
         if primary:
           print(f"resumed from step {step} ({extra.get('phase')})", flush=True)
+    _prune_aside(checkpointer, c.checkpoint.get("keep_aside", 2), primary)
     writer = MetricWriter(self.workdir, resume_step=step) if primary else None
     curve = {name: ([], []) for name in experiment.curve_metrics}
     reference = None
@@ -400,6 +403,16 @@ class Trainer:
       print(f"outputs: {self.workdir} (results.json, curve.png, metrics.jsonl, "
             "checkpoints/)", flush=True)
     return results
+
+
+def _prune_aside(checkpointer: Checkpointer, keep: int, primary: bool) -> None:
+  """Keeps the newest `keep` damaged / superseded step folders of each kind; says so."""
+  kept, deleted = checkpointer.prune_aside(keep)
+  if primary and (kept or deleted):
+    print(f"checkpoints: {len(kept)} moved-aside step folder(s) kept ("
+          + ", ".join(f"{f.parent.name}/{f.name}" for f in kept) + ")"
+          + (f", {len(deleted)} older deleted" if deleted else "")
+          + f" (checkpoint.keep_aside={keep})", flush=True)
 
 
 def mesh_from_config(m):

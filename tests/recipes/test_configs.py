@@ -30,6 +30,7 @@ def test_every_training_config_builds_its_phases(name, variant):
   assert c.recipe in recipes.RECIPES
   for key in ("seed", "workdir", "resume", "resume_overrides", "log_every", "mesh.data",
               "mesh.fsdp", "mesh.tensor", "checkpoint.every", "checkpoint.keep",
+              "checkpoint.keep_aside", "checkpoint.restart_from_zero",
               "faults.kill_after_step", "faults.sigterm_after_step", "faults.nan_at_step"):
     node = c
     for part in key.split("."):

@@ -346,6 +346,31 @@ def test_every_step_damaged_raises_naming_them(pristine, tmp_path, capsys):
   assert sorted(p.name for p in (directory / "latest").iterdir()) == [
       "corrupt.1.0", "corrupt.2.0", "corrupt.3.0"]
   assert_state_equal(model, optimizer, untouched)
+  # A rerun finds nothing left to resume: it refuses to start over at step 0 unasked.
+  with pytest.raises(CheckpointCorruptError, match=(
+      r"every step was moved aside as damaged \(corrupt.1.0, corrupt.2.0, corrupt.3.0\).*"
+      r"--config.checkpoint.restart_from_zero=True")):
+    Checkpointer(directory).restore(model, optimizer)
+  assert Checkpointer(directory, restart_from_zero=True).restore(model, optimizer) is None
+
+
+def test_moved_aside_folders_beyond_keep_aside_are_deleted_newest_kept(pristine, tmp_path):
+  directory = _copy(pristine, tmp_path)
+  for name in ("latest/corrupt.1.0", "latest/corrupt.1.1", "latest/corrupt.2.0",
+               "best/superseded.3.0", "best/superseded.3.1"):
+    (directory / name).mkdir()
+    (directory / name / "model").write_text("a whole step")
+  checkpointer = Checkpointer(directory)
+  kept, deleted = checkpointer.prune_aside(2)
+  assert sorted(f"{f.parent.name}/{f.name}" for f in deleted) == ["latest/corrupt.1.0"]
+  assert sorted(f"{f.parent.name}/{f.name}" for f in kept) == [
+      "best/superseded.3.0", "best/superseded.3.1", "latest/corrupt.1.1", "latest/corrupt.2.0"]
+  assert not (directory / "latest/corrupt.1.0").exists()
+  assert checkpointer.steps() == [1, 2, 3]  # the run's own steps are untouched
+  checkpointer.prune_aside(0)
+  assert checkpointer.aside_folders() == [] and checkpointer.steps() == [1, 2, 3]
+  with pytest.raises(ValueError, match="keep_aside must be an integer >= 0, got -1"):
+    checkpointer.prune_aside(-1)
 
 
 @pytest.mark.parametrize("how", ["corrupted", "deleted by hand"])
