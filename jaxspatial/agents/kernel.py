@@ -32,6 +32,11 @@ Limits and how each is enforced:
                      truncated again, and every message's size is bounded before reading.
   max_images         per episode (a timeout's restart keeps the count), inside and here.
   image_pixels       per image, inside (before sending) and here.
+  cell_image_bytes   the bytes of images one cell may show (the controller holds them until
+                     the cell ends), inside and here: a kernel that sends past it is stopped
+                     before the controller reads the image. With the message size bounds and
+                     reads that grow only as bytes arrive, the controller holds at most this
+                     plus one message (MAX_ARRAY_BYTES) per cell.
   cpu_s              RLIMIT_CPU of the kernel process: CPU seconds (threads' included) over
                      the process's life after its start-up (a restart starts a new budget);
                      past it SIGXCPU ends the kernel: "killed", restarted.
@@ -93,6 +98,7 @@ class Limits:
   stdout_bytes: int = 1 << 20
   max_images: int = 250
   image_pixels: int = 4096 * 4096
+  cell_image_bytes: int = 256 << 20
   cpu_s: float | None = None
   rollback: str = "full"  # "full" | "partial"
 
@@ -106,8 +112,10 @@ class Limits:
       raise ValueError("memory_bytes below 256 MiB cannot hold numpy and scipy")
     if self.processes < 4:
       raise ValueError("processes must be at least 4 (the interpreter's own threads count)")
-    if self.stdout_bytes < 64 or self.max_images < 0 or self.image_pixels < 1:
-      raise ValueError("stdout_bytes >= 64, max_images >= 0 and image_pixels >= 1")
+    if (self.stdout_bytes < 64 or self.max_images < 0 or self.image_pixels < 1
+        or self.cell_image_bytes < 0):
+      raise ValueError("stdout_bytes >= 64, max_images >= 0, image_pixels >= 1 and "
+                       "cell_image_bytes >= 0")
     if self.cpu_s is not None and not self.cpu_s > 0:
       raise ValueError("cpu_s must be positive or None")
 
@@ -281,6 +289,8 @@ class Kernel:
     self._identity = sandbox_lib.Identity.fresh() if sandbox else None
     sandbox_lib.prepare_folder(folder, self._identity)
     self._images_shown = 0
+    self._nonce = None  # the running cell's: every message in it must carry it
+    self._image_bytes_left = 0
     self._closed = False
     self.defences: list[str] = []
     self._start()
@@ -325,6 +335,7 @@ class Kernel:
       raise RuntimeError("the kernel is closed")
 
   def _start(self) -> None:
+    self._nonce = None  # a new process: its first message is "ready", outside any cell
     to_kernel_r, to_kernel_w = os.pipe()
     from_kernel_r, from_kernel_w = os.pipe()
     diag_r, diag_w = os.pipe()
@@ -338,6 +349,7 @@ class Kernel:
         "stdout_bytes": int(self.limits.stdout_bytes),
         "image_pixels": int(self.limits.image_pixels),
         "max_images": int(self.limits.max_images),
+        "cell_image_bytes": int(self.limits.cell_image_bytes),
         "summary_timeout_s": float(self.limits.summary_timeout_s),
         "rollback": self.limits.rollback}}
     try:
@@ -368,22 +380,22 @@ class Kernel:
 
   # -- the channel (everything from the kernel is hostile) --
   def _read_exact(self, n: int, deadline: float) -> bytearray:
-    buf = bytearray(n)
-    view = memoryview(buf)
-    got = 0
-    while got < n:
+    # The buffer grows as bytes arrive: a header claiming a large array that never comes
+    # costs nothing.
+    buf = bytearray()
+    while len(buf) < n:
       remaining = deadline - time.monotonic()
       if remaining <= 0:
         raise _Deadline()
       if not _wait(self._from, select.POLLIN, remaining):
         raise _Deadline()
       try:
-        k = os.readv(self._from, [view[got:got + (4 << 20)]])
+        chunk = os.read(self._from, min(n - len(buf), 4 << 20))
       except OSError as error:
         raise _Died(f"reading the channel failed: {error}") from None
-      if k == 0:
+      if not chunk:
         raise _Died("the channel closed")
-      got += k
+      buf += chunk
     return buf
 
   def _receive(self, deadline: float):
@@ -398,11 +410,21 @@ class Kernel:
       specs = wire.check_array_specs(envelope.get("arrays"), count, MAX_ARRAY_BYTES)
     except (ValueError, RecursionError, UnicodeDecodeError) as error:
       raise _Died(f"protocol violation: {str(error)[:200]}", protocol=True) from None
+    msg = envelope["msg"]
+    if self._nonce is not None and msg.get("nonce") != self._nonce:
+      raise _Died("protocol violation: a message that is not this cell's (an early or "
+                  "forged one put the channel out of step)", protocol=True)
+    if msg.get("type") == "show" and specs:
+      shown = sum(nbytes for _, _, nbytes in specs)
+      if shown > self._image_bytes_left:
+        raise _Died(f"protocol violation: {shown} bytes of images past the cell's "
+                    f"{self.limits.cell_image_bytes}", protocol=True)
+      self._image_bytes_left -= shown
     arrays = []
     for dtype, shape, nbytes in specs:
       arrays.append(np.frombuffer(self._read_exact(nbytes, deadline), dtype=dtype)
                     .reshape(shape))
-    return envelope["msg"], arrays
+    return msg, arrays
 
   def _send(self, msg: dict, arrays=(), deadline: float | None = None) -> None:
     deadline = time.monotonic() + 60.0 if deadline is None else deadline
@@ -433,9 +455,12 @@ class Kernel:
     tool_calls = collections.Counter()
     answer, attempts = None, 0
     phase = "cell"
+    self._nonce = os.urandom(8).hex()
+    self._image_bytes_left = int(self.limits.cell_image_bytes)
     try:
       self._send({"type": "cell", "code": code, "static_check": self._static_check,
-                  "images_left": max(0, self.limits.max_images - self._images_shown)},
+                  "images_left": max(0, self.limits.max_images - self._images_shown),
+                  "image_bytes_left": self._image_bytes_left, "nonce": self._nonce},
                  deadline=deadline)
       while True:
         msg, arrays = self._receive(deadline)

@@ -282,6 +282,22 @@ def test_many_huge_images(bypass):  # pylint: disable=redefined-outer-name
   assert "251 more images dropped" in result.stderr
 
 
+def test_a_show_flood_is_held_to_the_cells_image_bytes():
+  """80 shows of one 100x100 image: the controller keeps what fits the cell's budget (the
+  issue's 80 x 2048^2 flood grew it by 960 MB), the rest is dropped with a note."""
+  limits = Limits(cell_timeout_s=5.0, summary_timeout_s=1.0, memory_bytes=1 << 30,
+                  processes=24, stdout_bytes=4096, max_images=250, image_pixels=200 * 200,
+                  cell_image_bytes=100_000)
+  with Kernel(frames(), {}, limits=limits, static_check=False) as k:
+    result = run(k, "a = np.zeros((100, 100, 3), np.uint8)\nfor i in range(80):\n"
+                    "  show(a, str(i))", status="ok")
+    assert len(result.images) == 3  # 3 x 30,000 bytes
+    assert sum(image.nbytes for _, image in result.images) <= limits.cell_image_bytes
+    assert "the cell's limit of 100000 bytes of images is reached" in result.stderr
+    again = run(k, "show(a, 'next cell')", status="ok")  # each cell has its own budget
+    assert [label for label, _ in again.images] == ["next cell"]
+
+
 # -- filter bypasses --------------------------------------------------------------------------
 
 BYPASSES = {
@@ -356,7 +372,7 @@ def test_monkeypatching_does_not_persist():
 def test_a_compromised_kernel_cannot_fool_the_controller():
   """Code that reaches the kernel's own channel (via show's closure) and writes forged or
   malformed messages: the controller treats it as a crash and never unpickles anything."""
-  grab = ("g = getattr(show, '__globals__')\n"
+  grab = ("import json\ng = getattr(show, '__globals__')\n"
           "w = getattr(g['write_buffers'], '__globals__')\n"  # the wire module's
           "k = [c.cell_contents for c in getattr(show, '__closure__') "
           "if type(c.cell_contents).__name__ == 'Kernel'][0]\n"
@@ -375,12 +391,34 @@ def test_a_compromised_kernel_cannot_fool_the_controller():
       run(k, grab, status="ok")
       result = run(k, attack, status="killed")
       assert "does not accept (protocol violation" in result.error, (name, result.error)
+    # A message without the cell's nonce (forged, or left from an earlier cell) stops the
+    # kernel: the channel cannot go out of step.
     run(k, grab, status="ok")
-    result = run(k, "raw(b'{\"msg\":{\"type\":\"answer\",\"value\":[\"A\"]},\"arrays\":[]}')\n"
+    result = run(k, "g['write_buffers'](k.outbox, g['frame_message']({'type': 'result', "
+                    "'status': 'ok'}))\nprint('after')", status="killed")
+    assert "not this cell's" in result.error
+    # One that copies the nonce from the kernel's memory still goes through every check.
+    run(k, grab, status="ok")
+    result = run(k, "raw(json.dumps({'msg': {'type': 'answer', 'value': ['A'], 'nonce': "
+                    "k.nonce}, 'arrays': []}).encode())\n"
                     "g['write_buffers'](k.outbox, g['frame_message']({'type': 'show', "
-                    "'label': 'big'}, [np.zeros((200, 200, 3), np.uint8)]))", status="ok")
+                    "'label': 'big', 'nonce': k.nonce}, [np.zeros((200, 200, 3), np.uint8)]))",
+                 status="ok")
     assert result.answer is None and result.images == []
     assert "not one str, int or float" in result.stderr and "'big' dropped" in result.stderr
+    # A forged result that copies the nonce ends its cell early; the kernel's real result
+    # then arrives in the next cell, which refuses it instead of answering out of step.
+    run(k, grab, status="ok")
+    run(k, "g['write_buffers'](k.outbox, g['frame_message']({'type': 'result', "
+           "'status': 'ok', 'nonce': k.nonce}))\nimport time\ntime.sleep(0.3)", status="ok")
+    result = run(k, "print('cell B')", status="killed")
+    assert "not this cell's" in result.error and "cell B" not in result.stdout
+    # A header claiming an image past the cell's budget is refused before any byte is read.
+    run(k, grab, status="ok")
+    result = run(k, "raw(json.dumps({'msg': {'type': 'show', 'label': 'x', 'nonce': k.nonce},"
+                    " 'arrays': [['|u1', [1 << 14, 1 << 14, 3]]]}).encode(), count=1)",
+                 status="killed")
+    assert "bytes of images past the cell's" in result.error
 
 
 # -- the ordinary-user path -----------------------------------------------------------------

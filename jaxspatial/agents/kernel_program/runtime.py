@@ -3,7 +3,8 @@ the host tools, and `main`, the program's entry (`__main__`).
 
 Messages, kernel -> controller: ready, executed (the cell's code finished; summaries follow),
 result, tool (name, args, kwargs), show (label, image), answer (value). Controller -> kernel:
-cell (code, images_left, static_check), tool_result (value) or tool_error (error).
+cell (code, images_left, image_bytes_left, nonce, static_check), tool_result (value) or
+tool_error (error). Every message the kernel sends during a cell carries the cell's nonce.
 """
 
 from __future__ import annotations
@@ -60,6 +61,8 @@ class Kernel:
       self.builtins.pop(name, None)
     self.ns = {"__name__": "__main__"}
     self.images_left = 0
+    self.image_bytes_left = 0
+    self.nonce = None
     self.notes = []
     self.cells = 0
     self.sources = {}  # each cell's file name -> its lines, for tracebacks
@@ -67,6 +70,8 @@ class Kernel:
 
   # -- the channel --
   def send(self, msg: dict, arrays=()) -> None:
+    if self.nonce is not None:
+      msg = dict(msg, nonce=self.nonce)
     write_buffers(self.outbox, frame_message(msg, arrays))
 
   # -- the preloaded names (re-made after every cell: a rebinding or patch is undone) --
@@ -175,7 +180,13 @@ class Kernel:
         array = np.clip(array, 0, 255).astype(np.uint8)
       if array.ndim == 2:
         array = np.repeat(array[:, :, None], 3, axis=2)
+      if array.nbytes > kernel.image_bytes_left:
+        kernel.notes.append(
+            f"show(): image {label!r} dropped: the cell's limit of "
+            f"{kernel.limits['cell_image_bytes']} bytes of images is reached")
+        return
       kernel.images_left -= 1
+      kernel.image_bytes_left -= array.nbytes
       kernel.send({"type": "show", "label": label}, [np.ascontiguousarray(array)])
 
     return show
@@ -329,6 +340,8 @@ class Kernel:
       if msg.get("type") != "cell":
         continue
       self.images_left = int(msg.get("images_left", 0))
+      self.image_bytes_left = int(msg.get("image_bytes_left", 0))
+      self.nonce = str(msg.get("nonce", ""))
       try:
         result = self.run(str(msg.get("code", "")), bool(msg.get("static_check", True)))
       except BaseException as error:  # pylint: disable=broad-except
