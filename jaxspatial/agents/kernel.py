@@ -39,7 +39,9 @@ Limits and how each is enforced:
                      plus one message (MAX_ARRAY_BYTES) per cell.
   cpu_s              RLIMIT_CPU of the kernel process: CPU seconds (threads' included) over
                      the process's life after its start-up (a restart starts a new budget);
-                     past it SIGXCPU ends the kernel: "killed", restarted.
+                     past it SIGXCPU ends the kernel: "killed", restarted. Default 1,800 s (an
+                     episode's 30 cells of wall-clock-bounded work rarely use a tenth of it;
+                     None: no cap).
   rollback           "full": a failed cell's new names are removed and rebound names
                      restored (in-place mutation of an existing object is not undone);
                      "partial": state up to the failing line is kept (status "partial").
@@ -99,7 +101,7 @@ class Limits:
   max_images: int = 250
   image_pixels: int = 4096 * 4096
   cell_image_bytes: int = 256 << 20
-  cpu_s: float | None = None
+  cpu_s: float | None = 1800.0
   rollback: str = "full"  # "full" | "partial"
 
   def __post_init__(self):

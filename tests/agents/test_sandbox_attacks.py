@@ -282,6 +282,20 @@ def test_many_huge_images(bypass):  # pylint: disable=redefined-outer-name
   assert "251 more images dropped" in result.stderr
 
 
+def test_native_code_written_to_tmp_never_loads(bypass):  # pylint: disable=redefined-outer-name
+  """An extension module copied into the writable /tmp and imported through any loader:
+  refused before dlopen (the OS boundary would still hold; this keeps it out of the
+  process)."""
+  code = ("import glob, importlib.machinery, importlib.util, sysconfig\n"
+          "src = glob.glob(sysconfig.get_paths()['platstdlib'] + '/lib-dynload/_bz2*.so')[0]\n"
+          "open('/tmp/_bz2.so', 'wb').write(open(src, 'rb').read())\n"
+          "loader = importlib.machinery.ExtensionFileLoader('_bz2', '/tmp/_bz2.so')\n"
+          "spec = importlib.util.spec_from_file_location('_bz2', '/tmp/_bz2.so', "
+          "loader=loader)\nimportlib.util.module_from_spec(spec)")
+  result = run(bypass, code)
+  assert "loading native code from '/tmp/_bz2.so' is not allowed" in result.error, result.error
+
+
 def test_a_show_flood_is_held_to_the_cells_image_bytes():
   """80 shows of one 100x100 image: the controller keeps what fits the cell's budget (the
   issue's 80 x 2048^2 flood grew it by 960 MB), the rest is dropped with a note."""

@@ -147,7 +147,8 @@ _PATH_EVENTS = frozenset({"os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.
 def make_audit_hook(writable: str):
   """An audit hook refusing, once installed: sockets and the network, processes (subprocess,
   os.system, exec, fork, spawn), ctypes, unpickling classes, code objects, gc's object lists,
-  the GPU frameworks, and writes (or path changes) outside `writable`."""
+  the GPU frameworks, extension modules loaded from `writable`, and writes (or path
+  changes) outside it."""
   prefix = os.path.normpath(writable) + os.sep
   write_flags = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
   denied, denied_prefixes, path_events = _DENIED, _DENIED_PREFIXES, _PATH_EVENTS
@@ -184,6 +185,10 @@ def make_audit_hook(writable: str):
     if event == "import":
       if args and isinstance(args[0], str) and args[0].partition(".")[0] in blocked:
         raise ModuleNotFoundError(framework_message(args[0]))
+      # An extension module's load names its file (before dlopen): native code written
+      # into the writable folder never runs, whatever its name or loader.
+      if len(args) > 1 and isinstance(args[1], (str, bytes)) and inside(args[1]):
+        refuse(f"loading native code from {args[1]!r}")
       return
     if event in denied or event.startswith(denied_prefixes):
       refuse(event)
