@@ -55,15 +55,10 @@ def test_blocks_up_to_the_fill_equal_softmax_over_the_valid_slots(queries, top):
 def test_a_greedy_generation_equals_the_whole_capacity_path(monkeypatch):
   from flax import nnx  # pylint: disable=import-outside-toplevel
   from jaxspatial.models.qwen2_5_vl import (  # pylint: disable=import-outside-toplevel
-      Qwen25VL, Qwen25VLConfig, TextConfig, VisionConfig)
+      Qwen25VL, Qwen25VLConfig)
   from jaxspatial.models.sampler import (  # pylint: disable=import-outside-toplevel
       SamplingConfig, generate)
-  text = TextConfig(vocab_size=128, hidden_size=64, intermediate_size=128,
-                    num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                    mrope_section=(2, 3, 3))
-  vision = VisionConfig(depth=1, hidden_size=32, intermediate_size=64, num_heads=2,
-                        out_hidden_size=64, fullatt_block_indexes=(0,))
-  model = Qwen25VL(Qwen25VLConfig(text=text, vision=vision), rngs=nnx.Rngs(0))
+  model = Qwen25VL(Qwen25VLConfig.tiny(128), rngs=nnx.Rngs(0))
   rng = np.random.default_rng(1)
   ids = jnp.asarray(rng.integers(0, 100, (2, 40)), jnp.int32)
   mask = jnp.asarray(np.arange(40)[None] >= np.array([[0], [7]]))  # left padding
