@@ -13,10 +13,11 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # The suite compiles hundreds of tiny programs and runs each a few times: LLVM's -O0 code
 # generation cuts its time by about a quarter (tests/train + tests/serving 236 -> 172 s,
 # the trainer golden test 49 -> 35 s); users' runs keep XLA's default. Tests marked
-# `xla_default` compare two differently shaped programs bit for bit (renders through
-# grouped vs single scatters, or through the API loop vs by hand), which holds under the
-# default code generation only: `make test` runs them in a second pass with
-# JAXSPATIAL_TESTS_XLA_DEFAULT=1. Subprocesses inherit the flags through `xla_flags`.
+# `xla_default` compare two differently shaped programs' renders bit for bit (grouped vs
+# single scatters, jit / vmap vs single calls, a compiled or API rollout vs the host loop or
+# the environment stepped by hand), which holds under the default code generation only (at
+# -O0 2-4% of pixels differ): `make test` and `make slow-tests` run them in a second pass
+# with JAXSPATIAL_TESTS_XLA_DEFAULT=1. Subprocesses inherit the flags through `xla_flags`.
 OPT_LEVEL = "--xla_backend_optimization_level=0"
 XLA_DEFAULT = os.environ.get("JAXSPATIAL_TESTS_XLA_DEFAULT") == "1"
 if not XLA_DEFAULT and OPT_LEVEL.split("=")[0] not in os.environ.get("XLA_FLAGS", ""):

@@ -126,6 +126,7 @@ SMALL = Act3DParams(width=64, height=48, grounding_min_pixels=5)
 
 
 @pytest.mark.slow
+@pytest.mark.xla_default
 def test_episode_under_jit_and_vmap_equals_single_steps(room_task):
   _, task = room_task
   actions = [Act3DAction.navigate("forward", 2.0), Act3DAction.navigate("turn_left", 60),

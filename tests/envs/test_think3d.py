@@ -143,6 +143,7 @@ def test_global_orbit_keeps_the_distance_and_pull_back_fits_the_scene(room_task)
 
 
 @pytest.mark.slow
+@pytest.mark.xla_default
 def test_rounds_stop_and_jit_vmap_agree(room_task):
   _, task = room_task
   actions = [Think3DAction.view(0, 45.0, 0.0, "ego"), Think3DAction.view(2, -30.0, 60.0, "global"),

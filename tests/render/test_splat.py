@@ -190,6 +190,7 @@ def single(tree, i):
 @pytest.mark.parametrize("kwargs", [dict(splat_radius=0), dict(splat_radius=1),
                                     dict(splat_radius=3, point_radius=0.05, footprint="disc")])
 @pytest.mark.slow
+@pytest.mark.xla_default
 def test_vmap_jit_and_batch_equal_single_calls(kwargs):
   xyz, rgb, instance, valid = random_scene(3, 3000)
   clouds = stack([PointCloud.create(xyz + k, rgb, valid=valid, instance=instance)

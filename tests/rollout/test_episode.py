@@ -70,6 +70,7 @@ def test_greedy_compiled_rollout_equals_the_host_reference(setup):
 # group-prefill and replay equalities run every family there too).
 @pytest.mark.slow
 @pytest.mark.parametrize("family", ["qwen3_vl", "qwen3_5"])
+@pytest.mark.xla_default
 def test_other_policy_families_roll_out_as_the_host_reference(family):
   """The rollout is written against the policy interface: a Qwen3-VL policy (DeepStack
   features added inside the decoder at every observation's image tokens) and a Qwen3.5
@@ -140,6 +141,7 @@ SCRIPTS = [
 
 
 @pytest.mark.slow
+@pytest.mark.xla_default
 def test_scripted_episode_equals_stepping_the_environment_by_hand(setup):
   s = setup
   config = _config(s["tok"], temperature=1.0)
@@ -194,6 +196,7 @@ def test_scripted_episode_equals_stepping_the_environment_by_hand(setup):
 
 
 @pytest.mark.slow
+@pytest.mark.xla_default
 def test_partly_scripted_rollout_equals_the_host_reference(setup):
   """Forced first turns take every episode into multi-turn play; later turns are sampled."""
   s = setup

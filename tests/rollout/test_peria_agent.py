@@ -44,6 +44,7 @@ def policy():
 
 
 @pytest.mark.slow
+@pytest.mark.xla_default
 def test_scripted_peria_episode_equals_the_environment_by_hand(policy):
   tok, model = policy
   agent = agents.PeriaAgent(PARAMS)

@@ -52,6 +52,7 @@ def run():
 
 
 @pytest.mark.slow
+@pytest.mark.xla_default
 def test_scripted_think3d_episode_equals_the_view_tool_by_hand(run):
   agent, tasks, traj = run["agent"], run["tasks"], run["traj"]
   task = jax.tree.map(lambda x: jnp.asarray(x[0]), tasks)

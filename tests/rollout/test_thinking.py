@@ -44,6 +44,7 @@ def _call(action, distance=None):
 
 
 @pytest.mark.slow
+@pytest.mark.xla_default
 def test_a_thinking_policy_rollout_is_the_templates_conversation_and_the_host_loops(policy):
   tok, model, chat, stops = policy
   assert chat.prefill == "<think>\n"
