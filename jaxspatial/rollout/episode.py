@@ -129,6 +129,9 @@ def force(logits_BxV: Array, token: Array, logp: Array, forced_B: Array, config:
       logits_BxV / config.temperature, config.top_k, config.top_p)
   forced_logp = jnp.take_along_axis(jax.nn.log_softmax(scaled, -1),
                                     jnp.maximum(forced_B, 0)[:, None], -1)[:, 0]
+  # A grammar that allows no token (a forced turn it rejected) masks every logit: the forced
+  # token's probability is 0, not log_softmax's NaN.
+  forced_logp = jnp.where(jnp.isfinite(scaled).any(-1), forced_logp, -jnp.inf)
   use = forced_B >= 0
   return jnp.where(use, forced_B, token), jnp.where(use, forced_logp, logp)
 

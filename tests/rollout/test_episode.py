@@ -574,3 +574,17 @@ def test_repetition_penalty_equals_transformers_and_logprobs_follow_it(setup):
       assert traj.logprobs[b, j] == pytest.approx(expected, abs=2e-4)
       checked += 1
   assert checked > 100
+
+
+def test_a_forced_token_the_grammar_rules_out_has_probability_zero():
+  """A forced turn the grammar rejects leaves every logit masked: the forced token's
+  log-probability is -inf (probability 0), never NaN; elsewhere numpy's log-softmax."""
+  logits = np.array([[0.5, -1.0, 2.0, 0.0], [-np.inf] * 4], np.float32)
+  config = episode.RolloutConfig(max_turns=1, max_turn_tokens=4, temperature=0.7)
+  token, logp = episode.force(jnp.asarray(logits), jnp.zeros(2, jnp.int32),
+                              jnp.zeros(2, jnp.float32), jnp.asarray([2, 1]), config)
+  scaled = logits[0] / 0.7
+  expected = scaled[2] - np.log(np.exp(scaled).sum())
+  np.testing.assert_array_equal(token, [2, 1])
+  np.testing.assert_allclose(logp[0], expected, rtol=1e-6)
+  assert logp[1] == -np.inf
