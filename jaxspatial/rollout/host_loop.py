@@ -15,7 +15,6 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import nnx
 
 from jaxspatial.models.sampler import DecodeState, append, prefill
 from jaxspatial.rollout import rules, vision
@@ -26,20 +25,19 @@ from jaxspatial.rollout.observation import ObservationTemplate, observation_toke
 from jaxspatial.rollout.parse import ParsedTurn
 
 
-# Each program is `jax.jit` over the model split once per rollout (graphdef static): `nnx.jit`
-# would walk the module graph on every token.
-@functools.partial(jax.jit, static_argnames=("graphdef", "size", "dtype"))
-def _prefill(graphdef, params, ids, mask, images, size, dtype):
-  model = nnx.merge(graphdef, params)
+# Each program is `jax.jit` over the model as the pytree it is: `nnx.jit` would walk the
+# module graph on every token (benchmarks/call_overhead_bench.py).
+@functools.partial(jax.jit, static_argnames=("size", "dtype"))
+def _prefill(model, ids, mask, images, size, dtype):
   pixels, grids, sequence_grids = vision.prompt_inputs(model, images)
   return prefill(model, ids, mask, size, jnp.dtype(dtype), pixels, grids, sequence_grids)
 
 
 # The cache crosses the jit boundary on every token here: donated, it is updated in place
 # (the compiled rollout carries it inside one program and needs no donation).
-@functools.partial(jax.jit, static_argnames=("graphdef", "config"), donate_argnames=("dstate",))
-def _decode_step(graphdef, params, dstate, logits, key, turn, k, writing, forced, config):
-  text = nnx.merge(graphdef, params).language_model
+@functools.partial(jax.jit, static_argnames=("config",), donate_argnames=("dstate",))
+def _decode_step(model, dstate, logits, key, turn, k, writing, forced, config):
+  text = model.language_model
   token, logp = sample_token(logits, rules.token_key(key, turn, k), config)
   token, logp = force(logits, token, logp, forced, config)
   token = jnp.where(writing, token, config.pad_token)
@@ -56,9 +54,8 @@ def _decode_step(graphdef, params, dstate, logits, key, turn, k, writing, forced
       jnp.float32)
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef",), donate_argnames=("dstate",))
-def _append(graphdef, params, dstate, ids, mask, images):
-  model = nnx.merge(graphdef, params)
+@functools.partial(jax.jit, donate_argnames=("dstate",))
+def _append(model, dstate, ids, mask, images):
   pixels, grids, sequence_grids = vision.view_inputs(model, images)
   return append(model, dstate, ids, mask, pixels, grids, sequence_grids)
 
@@ -85,9 +82,8 @@ def host_rollout(model, agent, tokenizer, template: ObservationTemplate, tasks, 
       rules.reset_keys(key, batch), tasks)
   prompt_images = vision.prompt_views(prompt_images)
   images = prompt_images[:, 0]
-  graphdef, params = nnx.split(model)
-  dstate, logits = _prefill(graphdef, params, jnp.asarray(prompt_ids),
-                            jnp.asarray(prompt_mask), prompt_images, size, config.cache_dtype)
+  dstate, logits = _prefill(model, jnp.asarray(prompt_ids), jnp.asarray(prompt_mask),
+                            prompt_images, size, config.cache_dtype)
   tokens = np.full((batch, size), config.pad_token, np.int32)
   tokens[:, :prompt_length] = prompt_ids
   attention = np.zeros((batch, size), bool)
@@ -119,9 +115,9 @@ def host_rollout(model, agent, tokenizer, template: ObservationTemplate, tasks, 
       slot = int(dstate.next_slot)
       forced_k = (np.full(batch, -1, np.int32) if forced is None
                   else np.asarray(forced)[:, turn, k].astype(np.int32))
-      token, logp, dstate, logits = _decode_step(graphdef, params, dstate, logits, key, turn,
-                                                 k, jnp.asarray(writing),
-                                                 jnp.asarray(forced_k), config)
+      token, logp, dstate, logits = _decode_step(model, dstate, logits, key, turn, k,
+                                                 jnp.asarray(writing), jnp.asarray(forced_k),
+                                                 config)
       token, logp = np.asarray(token), np.asarray(logp)
       tokens[:, slot] = token
       attention[:, slot] = writing
@@ -182,7 +178,7 @@ def host_rollout(model, agent, tokenizer, template: ObservationTemplate, tasks, 
                         for n, v in zip(next_numbers, variants)))
       ids, mask = np.stack(ids), np.stack(mask) & continuing[:, None]
       slot = int(dstate.next_slot)
-      dstate, logits = _append(graphdef, params, dstate, jnp.asarray(ids), jnp.asarray(mask), images)
+      dstate, logits = _append(model, dstate, jnp.asarray(ids), jnp.asarray(mask), images)
       tokens[:, slot:slot + template.length] = ids
       attention[:, slot:slot + template.length] = mask
     running = continuing

@@ -109,8 +109,8 @@ def batch_logprobs(model, batch: TrainBatch, temperature: float = 1.0) -> Array:
 
 
 # The jitted programs take the split state, not the modules: `nnx.jit` walks the module
-# graph on every call (about 0.14 s for a 3B-shaped graph of 2,500 arrays on this CPU, against
-# 6 ms for `jax.jit` over held state). Parameters and optimizer state are donated: the step
+# graph on every call (113 ms for a 3B-shaped graph of 2,474 arrays on a 2-core CPU, against
+# 15 ms for `jax.jit` over held state: benchmarks/call_overhead_bench.py). Parameters and optimizer state are donated: the step
 # updates them in place instead of holding two copies (the caller writes the returned state
 # back before anything reads the modules).
 @functools.partial(jax.jit, static_argnames=("graphdef", "config"), donate_argnames=("state",))
