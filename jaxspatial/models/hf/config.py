@@ -22,6 +22,47 @@ VISION_DIMS = ("depth", "hidden_size", "intermediate_size", "num_heads", "out_hi
 ACTIVATIONS = ("silu", "swish")
 
 
+# --- the dataclasses' shared parts ------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class VisionLanguageConfig:
+  """The top-level fields of every family's config: the vision special token ids (defaults:
+  transformers' Qwen2.5-VL and Qwen3-VL ids; a family with others redeclares them) and the
+  config.json values it was read from (`raw`)."""
+  image_token_id: int = 151655
+  video_token_id: int = 151656
+  vision_start_token_id: int = 151652
+  vision_end_token_id: int = 151653
+  raw: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
+
+  @classmethod
+  def token_defaults(cls) -> tuple[tuple[str, int], ...]:
+    """(name, default) of each special id: what `parse` gives a config.json without it."""
+    return tuple((field.name, field.default) for field in dataclasses.fields(cls)
+                 if field.name.endswith("_token_id"))
+
+  @staticmethod
+  def tiny_token_ids(vocab_size: int) -> dict[str, int]:
+    """A tiny vocabulary's special ids: image, video, vision start / end are the last six
+    ids' first four."""
+    names = ("image_token_id", "video_token_id", "vision_start_token_id",
+             "vision_end_token_id")
+    return {name: vocab_size - 6 + i for i, name in enumerate(names)}
+
+
+class VisionSizes:
+  """The sizes a vision encoder config derives from its VISION_DIMS fields."""
+
+  @property
+  def head_dim(self) -> int:
+    return self.hidden_size // self.num_heads
+
+  @property
+  def patch_dim(self) -> int:
+    """Values in one flattened patch: channels x frames x patch side squared."""
+    return self.in_channels * self.temporal_patch_size * self.patch_size ** 2
+
+
 # --- config.json ------------------------------------------------------------------------
 
 def read_config(config, label: str) -> tuple[dict, str, pathlib.Path | None]:
@@ -36,15 +77,15 @@ def read_config(config, label: str) -> tuple[dict, str, pathlib.Path | None]:
   return read_json(path), str(path), path.parent
 
 
-def parse(config, label: str, token_defaults: tuple, text_config: Callable,
+def parse(config, label: str, config_class: type[VisionLanguageConfig], text_config: Callable,
           vision_config: Callable) -> tuple[dict, pathlib.Path | None]:
   """(the family config's fields, the folder or None) of a config.json dict, file or folder:
   `text_config(text, top)` and `vision_config(vision_config's values, source, text)` are the
-  family's parsers; `token_defaults` its (name, transformers' default) special ids."""
+  family's parsers; `config_class` gives the special ids' defaults."""
   values, source, folder = read_config(config, label)
   top, text = sections(values, source)
   text = text_config(text, top)
-  ids = token_ids(top, token_defaults, text.vocab_size)
+  ids = token_ids(top, config_class.token_defaults(), text.vocab_size)
   vision = vision_config(top.object("vision_config"), source, text)
   return dict(text=text, vision=vision, raw=values, **ids), folder
 

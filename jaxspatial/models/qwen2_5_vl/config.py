@@ -8,9 +8,9 @@ import pathlib
 
 from jaxspatial.models.hf.config import (ACTIVATIONS, check_decoder, decoder_dict, decoder_dims,
                                          full_attention_only, hf_config_dict, mrope_section,
-                                         parse, text_rope,
-                                         vision_dict, vision_dims, vision_rope_theta,
-                                         vision_section)
+                                         parse, text_rope, VisionLanguageConfig,
+                                         VisionSizes, vision_dict, vision_dims,
+                                         vision_rope_theta, vision_section)
 from jaxspatial.models.hf.fields import MAX_LAYERS, MISSING, Fields, rope_theta
 
 
@@ -42,7 +42,7 @@ class TextConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class VisionConfig:
+class VisionConfig(VisionSizes):
   depth: int = 32
   hidden_size: int = 1280
   intermediate_size: int = 3420
@@ -56,14 +56,6 @@ class VisionConfig:
   fullatt_block_indexes: tuple[int, ...] = (7, 15, 23, 31)
   rope_theta: float = 10000.0
 
-  @property
-  def head_dim(self) -> int:
-    return self.hidden_size // self.num_heads
-
-  @property
-  def patch_dim(self) -> int:
-    return self.in_channels * self.temporal_patch_size * self.patch_size ** 2
-
   @classmethod
   def from_hf(cls, vision: dict, source: str = "config.json") -> "VisionConfig":
     """From a `config.json`'s `vision_config`, checked field by field (see
@@ -72,14 +64,9 @@ class VisionConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class Qwen25VLConfig:
+class Qwen25VLConfig(VisionLanguageConfig):
   text: TextConfig = TextConfig()
   vision: VisionConfig = VisionConfig()
-  image_token_id: int = 151655
-  video_token_id: int = 151656
-  vision_start_token_id: int = 151652
-  vision_end_token_id: int = 151653
-  raw: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
   @classmethod
   def tiny(cls, vocab_size: int = 512) -> "Qwen25VLConfig":
@@ -91,8 +78,7 @@ class Qwen25VLConfig:
                         mrope_section=(2, 3, 3), tie_word_embeddings=True),
         vision=VisionConfig(depth=2, hidden_size=32, intermediate_size=64, num_heads=2,
                             out_hidden_size=64, fullatt_block_indexes=(1,)),
-        image_token_id=vocab_size - 6, video_token_id=vocab_size - 5,
-        vision_start_token_id=vocab_size - 4, vision_end_token_id=vocab_size - 3)
+        **cls.tiny_token_ids(vocab_size))
 
   def to_hf(self) -> dict:
     """A transformers `Qwen2_5_VLConfig` dict of this configuration (what `config.json` of
@@ -115,17 +101,12 @@ class Qwen25VLConfig:
     does not implement is refused (another activation, rope scaling, sliding-window layers),
     with a `ModelFolderError` naming the file, the field, the expected and the found value.
     """
-    fields, _ = parse(config, "Qwen2.5-VL", _TOKEN_IDS, _text_config,
+    fields, _ = parse(config, "Qwen2.5-VL", cls, _text_config,
                       lambda vision, source, _: _vision_config(vision, source))
     return cls(**fields)
 
 
 # --- config.json parsing: every field checked, every unimplemented setting refused -------
-
-# transformers' defaults for the special ids (Qwen2_5_VLConfig, 4.x and 5.x)
-_TOKEN_IDS = (("image_token_id", 151655), ("video_token_id", 151656),
-              ("vision_start_token_id", 151652), ("vision_end_token_id", 151653))
-
 
 def _text_config(text: Fields, top: Fields) -> TextConfig:
   dims = decoder_dims(text)

@@ -16,7 +16,8 @@ import pathlib
 
 from jaxspatial.models.hf.config import (ACTIVATIONS, check_decoder, check_sizes, decoder_dict,
                                          hf_config_dict, mrope_section, no_attention_dropout,
-                                         parse, text_rope, vision_dict)
+                                         parse, text_rope, VisionLanguageConfig,
+                                         vision_dict)
 from jaxspatial.models.hf.fields import MAX_DIM, MAX_LAYERS, Fields, rope_theta
 from jaxspatial.models.qwen3_vl.config import (VisionConfig, checked_width, text_dict,
                                                vision_hf_dict, with_pixel_bounds)
@@ -24,9 +25,6 @@ from jaxspatial.models.qwen3_vl.config import (VisionConfig, checked_width, text
 LAYER_TYPES = ("linear_attention", "full_attention")
 LINEAR_DIMS = ("linear_conv_kernel_dim", "linear_key_head_dim", "linear_value_head_dim",
                "linear_num_key_heads", "linear_num_value_heads")
-# transformers' defaults for the special ids (Qwen3_5Config)
-_TOKEN_IDS = (("image_token_id", 248056), ("video_token_id", 248057),
-              ("vision_start_token_id", 248053), ("vision_end_token_id", 248054))
 
 
 def default_layer_types(layers: int, interval: int = 4) -> tuple[str, ...]:
@@ -91,14 +89,14 @@ class TextConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class Qwen35Config:
-  text: TextConfig = TextConfig()
-  vision: VisionConfig = VisionConfig(out_hidden_size=4096, deepstack_visual_indexes=())
+class Qwen35Config(VisionLanguageConfig):
+  """Special ids: transformers' Qwen3_5Config defaults."""
   image_token_id: int = 248056
   video_token_id: int = 248057
   vision_start_token_id: int = 248053
   vision_end_token_id: int = 248054
-  raw: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
+  text: TextConfig = TextConfig()
+  vision: VisionConfig = VisionConfig(out_hidden_size=4096, deepstack_visual_indexes=())
 
   @classmethod
   def tiny(cls, vocab_size: int = 512) -> "Qwen35Config":
@@ -115,8 +113,7 @@ class Qwen35Config:
         vision=VisionConfig(depth=3, hidden_size=32, intermediate_size=64, num_heads=2,
                             out_hidden_size=64, num_position_embeddings=64,
                             deepstack_visual_indexes=(), min_pixels=64 * 64),
-        image_token_id=vocab_size - 6, video_token_id=vocab_size - 5,
-        vision_start_token_id=vocab_size - 4, vision_end_token_id=vocab_size - 3)
+        **cls.tiny_token_ids(vocab_size))
 
   def to_hf(self) -> dict:
     """A transformers `Qwen3_5Config` dict of this configuration: `from_hf(config.to_hf())
@@ -136,7 +133,7 @@ class Qwen35Config:
     not implement refused (rope scaling, non-interleaved M-RoPE, another activation,
     attention dropout, unknown layer types), with a `ModelFolderError` naming the file, the
     field, the expected and the found value."""
-    fields, folder = parse(config, "Qwen3.5", _TOKEN_IDS, _text_config, _vision_config)
+    fields, folder = parse(config, "Qwen3.5", cls, _text_config, _vision_config)
     return with_pixel_bounds(cls(**fields), folder)
 
 

@@ -16,13 +16,10 @@ from jaxspatial.errors import ModelFolderError
 from jaxspatial.models.hf.config import (check_decoder, decoder_dict, decoder_dims,
                                          full_attention_only, hf_config_dict, mrope_section,
                                          no_attention_dropout, parse, text_rope,
-                                         vision_dict, vision_dims,
-                                         vision_rope_theta, vision_section)
+                                         VisionLanguageConfig, VisionSizes, vision_dict,
+                                         vision_dims, vision_rope_theta, vision_section)
 from jaxspatial.models.hf.fields import MAX_DIM, Fields, read_json, rope_theta, show
 
-# transformers' defaults for the special ids (Qwen3VLConfig)
-_TOKEN_IDS = (("image_token_id", 151655), ("video_token_id", 151656),
-              ("vision_start_token_id", 151652), ("vision_end_token_id", 151653))
 VISION_ACTIVATIONS = ("gelu_pytorch_tanh",)
 
 
@@ -53,7 +50,7 @@ class TextConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class VisionConfig:
+class VisionConfig(VisionSizes):
   """The Qwen3-VL vision encoder (defaults: transformers' Qwen3VLVisionConfig)."""
   depth: int = 27
   hidden_size: int = 1152
@@ -73,14 +70,6 @@ class VisionConfig:
   # image within them. Defaults: the released Qwen3-VL processors'.
   min_pixels: int = 256 * 256
   max_pixels: int = 4096 * 4096
-
-  @property
-  def head_dim(self) -> int:
-    return self.hidden_size // self.num_heads
-
-  @property
-  def patch_dim(self) -> int:
-    return self.in_channels * self.temporal_patch_size * self.patch_size ** 2
 
   @property
   def grid_side(self) -> int:
@@ -107,14 +96,10 @@ class VisionConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class Qwen3VLConfig:
+class Qwen3VLConfig(VisionLanguageConfig):
+  """Special ids: transformers' Qwen3VLConfig defaults (Qwen2.5-VL's)."""
   text: TextConfig = TextConfig()
   vision: VisionConfig = VisionConfig()
-  image_token_id: int = 151655
-  video_token_id: int = 151656
-  vision_start_token_id: int = 151652
-  vision_end_token_id: int = 151653
-  raw: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
   @classmethod
   def tiny(cls, vocab_size: int = 512) -> "Qwen3VLConfig":
@@ -128,8 +113,7 @@ class Qwen3VLConfig:
         vision=VisionConfig(depth=3, hidden_size=32, intermediate_size=64, num_heads=2,
                             out_hidden_size=64, num_position_embeddings=64,
                             deepstack_visual_indexes=(0, 1), min_pixels=64 * 64),
-        image_token_id=vocab_size - 6, video_token_id=vocab_size - 5,
-        vision_start_token_id=vocab_size - 4, vision_end_token_id=vocab_size - 3)
+        **cls.tiny_token_ids(vocab_size))
 
   def to_hf(self) -> dict:
     """A transformers `Qwen3VLConfig` dict of this configuration (what `config.json` of a
@@ -150,7 +134,7 @@ class Qwen3VLConfig:
     attention dropout, DeepStack indexes outside the encoder), with a `ModelFolderError`
     naming the file, the field, the expected and the found value.
     """
-    fields, folder = parse(config, "Qwen3-VL", _TOKEN_IDS, _text_config,
+    fields, folder = parse(config, "Qwen3-VL", cls, _text_config,
                            lambda vision, source, text: checked_width(
                                VisionConfig.from_hf(vision, source), text, source))
     return with_pixel_bounds(cls(**fields), folder)
