@@ -2,11 +2,11 @@
 
 `RemoteTool(url, name)` is callable like the local tool, so `HostTool` / `TextTool` take
 either. It gives each request `timeout_s` (a watchdog closes the socket at the deadline, so
-a server that trickles bytes cannot hold a call), retries connection errors, timeouts and
-5xx with exponential backoff (never 4xx, which are deterministic, or a malformed 200), and
-stops at a total deadline; every failure is one `ToolError` naming the tool, the URL, the
-input shapes and the cause. Server responses are hostile input: parsing never crashes or
-hangs.
+a server that trickles bytes cannot hold a call), retries connection errors (a response
+cut short of its Content-Length among them), timeouts and 5xx with exponential backoff
+(never 4xx, which are deterministic, or a malformed 200), and stops at a total deadline;
+every failure is one `ToolError` naming the tool, the URL, the input shapes and the cause.
+Server responses are hostile input: parsing never crashes or hangs.
 """
 
 from __future__ import annotations
@@ -74,6 +74,10 @@ def http_request(url: str, method: str = "GET", body: bytes | None = None,
       chunks.append(chunk)
     if expired.is_set():  # the watchdog's shutdown reads as a clean end of stream
       raise TimeoutError
+    if response.length:  # what Content-Length promised and never came: read(n) does not say
+      raise TransportError("disconnected", "the server closed the connection mid-response "
+                           f"({size} of the {size + response.length} bytes its Content-Length "
+                           "promised)")
     return response.status, {k.lower(): v for k, v in response.getheaders()}, b"".join(chunks)
   except TransportError:
     raise

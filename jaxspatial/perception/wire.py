@@ -3,10 +3,12 @@
 An array is {"__ndarray__": {"dtype": "float32", "shape": [2, 3], "data": base64 of the
 little-endian C-order bytes}} (dtypes: `DTYPES`); strings, numbers, booleans, null, lists
 and objects are plain JSON (NaN and Infinity are refused: JSON has none). Decoding is
-strict: a wrong dtype string, a shape that is not a list of non-negative ints or does not
-match the data size, bad base64, duplicate keys, non-JSON, nesting deeper than `MAX_DEPTH`
-or a body over the size limit is a `WireError` naming the tool and what was wrong. Bodies
-are hostile input: parsing never crashes or hangs.
+strict: a wrong dtype string, a shape that is not a list of at most `MAX_NDIM`
+non-negative ints, claims more than `MAX_ELEMENTS` or does not match the data size, bad
+base64, duplicate keys, non-JSON, nesting deeper than `MAX_DEPTH` or a body over the size
+limit is a one-line `WireError` naming the tool, the argument and what was wrong. Bodies
+are hostile input: every claim is checked before it is used, so parsing never crashes,
+hangs or allocates more than the body's size.
 """
 
 from __future__ import annotations
@@ -26,9 +28,18 @@ DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32"
 MAX_BODY_BYTES = 64 << 20   # a 640 x 480 RGB image is 1.2 MB in base64
 MAX_DEPTH = 32              # nested lists / objects in a body
 MAX_NDIM = 32
-MAX_ARRAY_BYTES = 1 << 62   # numpy's index range, whatever the body limit
+# An element takes at least one byte (more in base64), so no body carries more; an empty
+# array's other dimensions count too (its 0s as 1): a tool sizing a buffer by them must
+# not be handed [0, 2**62].
+MAX_ELEMENTS = MAX_BODY_BYTES
 EXCERPT = 300               # characters of a response body quoted in an error
 _ARRAY_KEY = "__ndarray__"
+
+
+def _short(value, limit: int = 100) -> str:
+  """repr of a claimed value, cut to one short line (a hostile shape can be 100 kB)."""
+  text = repr(value)
+  return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _array_json(array: np.ndarray, where: str) -> dict:
@@ -77,14 +88,17 @@ def _array_from_json(spec: Any, where: str) -> np.ndarray:
   if (not isinstance(shape, list) or len(shape) > MAX_NDIM
       or not all(type(d) is int and d >= 0 for d in shape)):  # bools are ints: refused
     raise WireError(f"{where}: shape must be a list of at most {MAX_NDIM} non-negative "
-                    f"ints, got {shape!r:.100}")
+                    f"ints, got {_short(shape)}")
   if not isinstance(data, str):
     raise WireError(f"{where}: data must be a base64 string, got {type(data).__name__}")
+  # Before numpy sees the shape: it refuses [0, 2**62, 2**62] with an error of its own.
+  claimed = int(np.prod([max(d, 1) for d in shape], dtype=object))
+  if claimed > MAX_ELEMENTS:
+    count = claimed if claimed.bit_length() <= 64 else f"about 2**{claimed.bit_length() - 1}"
+    raise WireError(f"{where}: shape {_short(shape)} of {dtype} is {count} elements"
+                    f"{' (its 0s counted as 1)' if 0 in shape else ''}, over the "
+                    f"{MAX_ELEMENTS} a body can carry")
   item = np.dtype(dtype).newbyteorder("<")
-  # numpy refuses a shape whose dimensions multiply past its index range even when one
-  # of them is 0 (an empty array): that is the sender's mistake, not a crash here.
-  if item.itemsize * int(np.prod([max(d, 1) for d in shape], dtype=object)) > MAX_ARRAY_BYTES:
-    raise WireError(f"{where}: shape {shape} of {dtype} is past what an array can hold")
   size = item.itemsize * int(np.prod(shape, dtype=object))
   # Checked before decoding: a huge claimed shape never allocates.
   if len(data) != 4 * ((size + 2) // 3):

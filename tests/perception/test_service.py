@@ -5,6 +5,7 @@ import base64
 import concurrent.futures
 import json
 import os
+import re
 import signal
 import socket
 import socketserver
@@ -147,7 +148,10 @@ def _array(dtype="float32", shape=(2, 3), data=None) -> dict:
      r"shape must be a list"),
     (json.dumps({"kwargs": {"image": {"__ndarray__": {"dtype": "uint8", "shape": [10 ** 12],
                                                       "data": "AA=="}}}}).encode(),
-     r"is 1000000000000 bytes, but the data has 4"),
+     r"shape \[1000000000000\] of uint8 is 1000000000000 elements, over the 67108864"),
+    (json.dumps({"kwargs": {"image": {"__ndarray__": {"dtype": "uint8", "shape": [10 ** 6],
+                                                      "data": "AA=="}}}}).encode(),
+     r"is 1000000 bytes, but the data has 4"),
     (json.dumps({"kwargs": {"image": _array("uint8", (3,), "!!!!")}}).encode(),
      r"data is not valid base64"),
     (json.dumps({"kwargs": {"image": {"__ndarray__": {"dtype": "uint8", "shape": [1],
@@ -275,13 +279,95 @@ def test_unknown_tool_bad_arguments_and_tool_exceptions_are_named():
                                                   "data": ""}}]}).encode()
     status, _, body = client.http_request(f"{server.url}/tools/describe", "POST", claim,
                                           {"Content-Type": "application/json"})
-    assert status == 400 and "past what an array can hold" in json.loads(body)["error"]
+    assert status == 400 and "elements (its 0s counted as 1)" in json.loads(body)["error"]
     # Bad paths and a GET of a tool are 404s with JSON errors, not crashes.
     status, _, body = client.http_request(f"{server.url}/nowhere")
     assert status == 404 and "no such path" in json.loads(body)["error"]
     status, _, body = client.http_request(f"{server.url}/tools/describe", "POST", b"{]",
                                           {"Content-Type": "application/json"})
     assert status == 400 and "tool 'describe' request: malformed JSON" in json.loads(body)["error"]
+
+
+def _claim(shape, dtype="uint8", data="", where="args") -> bytes:
+  """A request body whose one array claims `shape` (hostile: the data need not match)."""
+  array = {"__ndarray__": {"dtype": dtype, "shape": shape, "data": data}}
+  return json.dumps({"args": [array]} if where == "args" else
+                    {"kwargs": {"image": array}}).encode()
+
+
+def _assert_clean_400(status: int, body: bytes) -> str:
+  """The error text of a 400 that is one line and carries no server internals."""
+  text = body.decode()
+  assert status == 400, text
+  message = json.loads(body)["error"]
+  assert "\n" not in message and len(message) < 1000, message
+  for internal in ("Traceback", 'File "', "/work/", ".py", "site-packages"):
+    assert internal not in text, text
+  return message
+
+
+@pytest.mark.parametrize("body, message", [
+    # Empty, yet 2**124 elements: numpy refuses the shape (it killed the handler once).
+    (_claim([0, 2 ** 62, 2 ** 62]), r"args\[0\]: shape \[0, 4611686018427387904, "
+     r"4611686018427387904\] of uint8 is about 2\*\*124 elements \(its 0s counted as 1\), "
+     r"over the 67108864 a body can carry$"),
+    # Empty, but one dimension no body can carry: a tool allocating from it would fail.
+    (_claim([0, 2 ** 40]), r"args\[0\]: shape \[0, 1099511627776\] of uint8 is "
+     r"1099511627776 elements \(its 0s counted as 1\)"),
+    (_claim([2 ** 40], data="AA==", where="kwargs"),
+     r"kwargs\['image'\]: shape \[1099511627776\] of uint8 is 1099511627776 elements, "
+     r"over the 67108864"),
+    # Dimensions too long to print: the message stays one bounded line.
+    (_claim([10 ** 4000] * 32), r"args\[0\]: shape \[10{95}\.\.\. of uint8 is about "
+     r"2\*\*\d+ elements, over"),
+    (_claim([1] * 33), r"args\[0\]: shape must be a list of at most 32 non-negative ints"),
+    (_claim([2, 3], "float64", "AAAA", "kwargs"),
+     r"kwargs\['image'\]: shape \[2, 3\] of float64 is 48 bytes, but the data has 4 base64 "
+     r"characters"),
+    (_claim([-1]), r"args\[0\]: shape must be a list"),
+    (_claim(7), r"args\[0\]: shape must be a list"),
+], ids=["numpy-range", "empty-huge", "huge-few-bytes", "huge-digits", "rank-33", "short-data",
+        "negative", "not-a-list"])
+def test_hostile_array_claims_are_400s_naming_the_argument_and_the_server_serves_on(body,
+                                                                                    message):
+  with ToolServer({"describe": _describe}) as server:
+    status, _, reply = client.http_request(f"{server.url}/tools/describe", "POST", body,
+                                           {"Content-Type": "application/json"}, timeout_s=5)
+    error = _assert_clean_400(status, reply)
+    assert re.search(rf"^tool 'describe' request: {message}", error), error
+    # The next call is served at its first attempt: the claim hurt nothing.
+    tool = RemoteTool(server.url, "describe", timeout_s=5, retries=2, backoff_s=0.01)
+    assert json.loads(tool(np.zeros((2, 3, 3), np.uint8)))["shape"] == [2, 3, 3]
+    assert tool.stats()["describe"]["attempts"] == 1
+    row = server.stats()["describe"]
+    assert (row["calls"], row["failures"]) == (2, 1)
+
+
+def test_callers_mistakes_are_400s_without_internals_and_never_retried():
+  """Images a perception tool cannot take (float, 2-D, 0 x 0, a ragged batch) sent to the
+  OCR tools as served by the launch script: the caller's mistake, said once."""
+  tools = service.build_tools(["text_ocr", "text_spotting"])
+  good = np.full((8, 8, 3), 255, np.uint8)
+  mistakes = [
+      ("text_ocr", (np.zeros((8, 8, 3), np.float32),), r"dtype float32 \(floats in \[0, 1\]"),
+      ("text_spotting", (np.zeros((8, 8), np.uint8),), r"got shape \(8, 8\) uint8"),
+      ("text_ocr", (np.zeros((0, 0, 3), np.uint8),), r"got an empty image \(0, 0, 3\)"),
+      ("text_ocr", ([good, np.zeros((4, 6, 3), np.uint8)],), r"got list \(.*inhomogeneous"),
+      ("text_spotting", (good, [1, 2, 3, 4], "extra"), r"too many positional arguments"),
+  ]
+  with ToolServer(tools) as server:
+    for name, args, message in mistakes:
+      tool = RemoteTool(server.url, name, timeout_s=5, retries=3, backoff_s=0.01)
+      with pytest.raises(ToolError, match=rf"HTTP 400: .*{message}.*\(1 attempt\(s\)\)"):
+        tool(*args)
+      assert tool.stats()[name]["attempts"] == 1
+      status, _, reply = client.http_request(f"{server.url}/tools/{name}", "POST",
+                                             encode_request(args, tool=name),
+                                             {"Content-Type": "application/json"}, timeout_s=5)
+      _assert_clean_400(status, reply)
+    served = server.stats()
+    assert served["text_ocr"]["calls"] == 6 and served["text_spotting"]["calls"] == 4
+  assert not any(row["latency"]["count"] for row in served.values())
 
 
 def test_oversize_bodies_are_refused_on_both_sides():
@@ -395,6 +481,11 @@ def test_a_trickling_server_cannot_outlast_the_timeout():
     (_http_200(b'{"result": {"x": {"__ndarray__": {"dtype": "float32", "shape": [3], '
                b'"data": "AAAA"}}}}'),
      r"malformed response: tool 't' response: output 'x': shape \[3\] of float32 is 12 bytes"),
+    # A hostile claim in a response: refused before numpy sees it, not a crash.
+    (_http_200(b'{"result": {"x": {"__ndarray__": {"dtype": "uint8", "shape": [0, '
+               b'4611686018427387904, 4611686018427387904], "data": ""}}}}'),
+     r"malformed response: tool 't' response: output 'x': shape \[0, 4611686018427387904, "
+     r"4611686018427387904\] of uint8 is about 2\*\*124 elements"),
     (_http_200(b'{"error": "not a result"}'),
      r"malformed response: tool 't' response: expected an object with only 'result', got "
      r"\['error'\]"),
@@ -423,6 +514,27 @@ def test_a_server_that_dies_mid_request_is_retried_then_named():
                        r"mid-request .*\(3 attempt\(s\)\)"):
       tool(image=np.zeros((8, 8, 3), np.uint8))
     assert server.requests == 3
+  finally:
+    server.close()
+
+
+def test_a_response_cut_mid_body_is_a_dropped_connection_and_retried():
+  # The headers promise 1,000 bytes; 20 arrive, then the connection closes (a network cut,
+  # a proxy restart): a transport failure, retried, not a malformed answer.
+  def cut(sock):
+    sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: 1000\r\n\r\n" + b'{"result": {"x": "ab')
+    sock.shutdown(socket.SHUT_RDWR)
+
+  server = RawServer(cut)
+  try:
+    tool = RemoteTool(server.url, "t", timeout_s=2, retries=2, backoff_s=0.01)
+    with pytest.raises(ToolError, match=r"tool 't' .*: the server closed the connection "
+                       r"mid-response \(20 of the 1000 bytes its Content-Length promised\) "
+                       r"\(3 attempt\(s\)\)"):
+      tool(x=np.zeros(2, np.int32))
+    assert server.requests == 3
+    assert tool.stats()["t"]["attempts"] == 3
   finally:
     server.close()
 
