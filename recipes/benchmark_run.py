@@ -34,6 +34,7 @@ run.json (the run's settings, backend and request counts).
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import html
 import json
@@ -401,7 +402,13 @@ def run_benchmark(benchmark: str, data_dir, out_dir, backend, *, agent=None,
     raise ValueError("setting 'tools' needs an agent (--agent think3d|act3d|peria|spatialclaw)")
   by_id = {q.question_id: q for q in questions}
   if len(by_id) != len(questions):
-    raise ValueError(f"{benchmark}: question ids repeat in split {split!r}")
+    records = collections.defaultdict(list)
+    for q in questions:
+      records[q.question_id].append(q.meta["record"])
+    named = [f"{i!r} (records {r})" for i, r in records.items() if len(r) > 1]
+    raise ValueError(f"{benchmark}: question ids repeat in split {split!r} of {data_dir}: "
+                     f"{', '.join(named[:5])}{' ...' if len(named) > 5 else ''}; the build "
+                     "refuses repeats now: rebuild it with launch.build_benchmark")
   source = load_benchmark(dataset, data_dir, split)
   points = _max_points(benchmark, data_dir, split, sorted({q.meta["record"] for q in questions}))
   out = pathlib.Path(out_dir)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import re
 
 from data_pipelines.readers.common import (OPTION_LETTERS, BenchmarkFormatError,
-                                           BenchmarkQuestion, field, resolve_images)
+                                           BenchmarkQuestion, QuestionIds, check_options,
+                                           field, resolve_images)
 from data_pipelines.readers.tables import read_table_rows
 
 _ANSWER = re.compile(r"^\(?([A-F])\)?$")
@@ -19,15 +20,17 @@ _ANSWER = re.compile(r"^\(?([A-F])\)?$")
 def read_blink(path, image_root=None, check_images: bool = True,
                sub_task: str | None = "Multi-view_Reasoning") -> list[BenchmarkQuestion]:
   """Reads the rows of `sub_task` (all rows with None). The answer keeps only its letter."""
-  questions = []
-  for row, record in read_table_rows(path):
+  questions, ids = [], QuestionIds(path, "idx")
+  for row, record in read_table_rows(path, "idx"):
     record_id = str(field(path, row, record, "idx", (str, int)))
+    ids.add(row, record_id)
     task = field(path, row, record, "sub_task", str, record_id)
     if sub_task is not None and task != sub_task:
       continue
     text = field(path, row, record, "question", str, record_id)
     choices = field(path, row, record, "choices", list, record_id)
     answer = field(path, row, record, "answer", str, record_id)
+    check_options(path, row, record_id, "choices", choices)
     match = _ANSWER.match(answer.strip())
     if not match or OPTION_LETTERS.index(match.group(1)) >= len(choices):
       raise BenchmarkFormatError(path, row, record_id, "answer",

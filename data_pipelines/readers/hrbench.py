@@ -21,11 +21,12 @@ import binascii
 import csv
 import hashlib
 import pathlib
+import re
 import sys
 from typing import Iterator
 
 from data_pipelines.readers.common import (OPTION_LETTERS, BenchmarkFormatError,
-                                           BenchmarkQuestion)
+                                           BenchmarkQuestion, QuestionIds)
 from data_pipelines.readers.tables import read_table_rows
 
 REQUIRED = ("index", "question", "answer", "category", "image")
@@ -40,14 +41,19 @@ def _tsv_rows(path: pathlib.Path) -> Iterator[tuple[int, dict]]:
   limit = csv.field_size_limit()
   csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
   try:
-    with path.open(newline="", encoding="utf-8-sig") as f:
+    # Bytes that are not UTF-8 are kept as lone surrogates, so each is named by its row and
+    # column (a strict decoder fails somewhere in the chunk it reads ahead).
+    with path.open(newline="", encoding="utf-8-sig", errors="surrogateescape") as f:
       reader = csv.reader(f, delimiter="\t")
       try:
         header = next(reader)
       except StopIteration:
-        raise BenchmarkFormatError(path, 0, None, "<header>", "empty file") from None
+        raise BenchmarkFormatError(path, 0, None, "<file>", "no records: the file is "
+                                   "empty") from None
       except csv.Error as e:
         raise BenchmarkFormatError(path, 0, None, "<header>", f"not TSV ({e})") from None
+
+      _utf8(path, 0, None, ["<header>"] * len(header), header)
       if len(set(header)) != len(header):
         raise BenchmarkFormatError(path, 0, None, "<header>",
                                    f"repeated column names in {header}")
@@ -56,18 +62,34 @@ def _tsv_rows(path: pathlib.Path) -> Iterator[tuple[int, dict]]:
         try:
           cells = next(reader)
         except StopIteration:
+          if not row:
+            raise BenchmarkFormatError(path, 0, None, "<file>", "no records: only a header")
           return
         except csv.Error as e:
           raise BenchmarkFormatError(path, row + 1, None, "<line>", f"not TSV ({e})") from None
+
         row += 1
         if not cells:
           continue
         if len(cells) != len(header):
           raise BenchmarkFormatError(path, row, cells[0][:40] if cells else None, "<line>",
                                      f"{len(cells)} fields for the header's {len(header)}")
+        _utf8(path, row, cells[0][:40], header, cells)
         yield row, dict(zip(header, cells))
   finally:
     csv.field_size_limit(limit)
+
+
+def _utf8(path, row: int, record_id, names, cells) -> None:
+  for name, cell in zip(names, cells):
+    bad = _NOT_UTF8.search(cell)
+    if bad:
+      raise BenchmarkFormatError(path, row, record_id, name, f"not UTF-8: byte "
+                                 f"0x{ord(bad.group()) - 0xdc00:02x} at character "
+                                 f"{bad.start() + 1}")
+
+
+_NOT_UTF8 = re.compile("[\udc80-\udcff]")
 
 
 def _rows(path: pathlib.Path) -> Iterator[tuple[int, dict]]:
@@ -104,7 +126,7 @@ def read_hrbench(path, benchmark: str = "hrbench") -> list[BenchmarkQuestion]:
   image_bytes (a 1-tuple), image_sha1."""
   path = pathlib.Path(path)
   records: list[tuple[int, str, dict]] = []
-  rows: dict[str, int] = {}                       # index -> row
+  ids = QuestionIds(path, "index")
   decoded: dict[str, tuple[bytes, str]] = {}      # index -> (picture bytes, sha1)
   references: dict[str, str] = {}                # index -> the index it names
   for row, record in _rows(path):
@@ -112,9 +134,7 @@ def read_hrbench(path, benchmark: str = "hrbench") -> list[BenchmarkQuestion]:
     for name in REQUIRED:
       if name not in record:
         raise BenchmarkFormatError(path, row, index, name, "missing")
-    if index in rows:
-      raise BenchmarkFormatError(path, row, index, "index", f"repeats row {rows[index]}'s index")
-    rows[index] = row
+    ids.add(row, index)
     text = _text(path, row, record, "image", index).strip()
     record = {k: v for k, v in record.items() if k != "image"}  # the text is not kept
     if len(text) <= REFERENCE_CHARS:
@@ -128,7 +148,7 @@ def read_hrbench(path, benchmark: str = "hrbench") -> list[BenchmarkQuestion]:
     records.append((row, index, record))
   for index, target in references.items():
     if target not in decoded:
-      raise BenchmarkFormatError(path, rows[index], index, "image",
+      raise BenchmarkFormatError(path, ids.rows[index], index, "image",
                                  f"{target!r} is neither base64 image data nor the index of "
                                  "a row that holds an image")
     decoded[index] = decoded[target]

@@ -4,17 +4,20 @@ gt_answer. The setting (among, around, rotation) is the id's prefix."""
 from __future__ import annotations
 
 from data_pipelines.readers.common import (OPTION_LETTERS, BenchmarkFormatError,
-                                           BenchmarkQuestion, field, parse_options,
-                                           read_json_rows, resolve_images)
+                                           BenchmarkQuestion, QuestionIds, check_options,
+                                           field, option_letters, parse_options,
+                                           read_json_rows,
+                                           resolve_images)
 
 SETTINGS = ("among", "around", "rotation")
 
 
 def read_mindcube(path, image_root=None, check_images: bool = True) -> list[BenchmarkQuestion]:
   """Reads every row; image paths are joined to `image_root` and checked when given."""
-  questions = []
-  for row, record in read_json_rows(path):
+  questions, ids = [], QuestionIds(path, "id")
+  for row, record in read_json_rows(path, "id"):
     record_id = field(path, row, record, "id", str)
+    ids.add(row, record_id)
     category = field(path, row, record, "category", list, record_id)
     kind = field(path, row, record, "type", (str, int), record_id)
     text = field(path, row, record, "question", str, record_id)
@@ -30,7 +33,8 @@ def read_mindcube(path, image_root=None, check_images: bool = True) -> list[Benc
       raise BenchmarkFormatError(path, row, record_id, "images",
                                  "expected a non-empty list of paths")
     stem, options = parse_options(text)
-    if answer not in OPTION_LETTERS[:max(len(options), 1)] or not options:
+    check_options(path, row, record_id, "question", options or option_letters(text))
+    if answer not in OPTION_LETTERS[:len(options)]:
       raise BenchmarkFormatError(path, row, record_id, "gt_answer",
                                  f"expected one of the {len(options)} option letters "
                                  f"{OPTION_LETTERS[:len(options)]!r}, got {answer!r}")

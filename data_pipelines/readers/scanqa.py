@@ -6,17 +6,18 @@ from __future__ import annotations
 import pathlib
 
 from data_pipelines.readers.common import (BenchmarkFormatError, BenchmarkQuestion,
-                                           MissingImageError, field, inside_root,
-                                           read_json_rows)
+                                           MissingImageError, QuestionIds, field,
+                                           inside_root, read_json_rows)
 
 
 def read_scanqa(path, scene_root=None, require_answers: bool = True,
                 check_scenes: bool = True) -> list[BenchmarkQuestion]:
   """Reads every question. With `scene_root`, each question's scene folder
   (`scene_root/<scene_id>`) must exist when `check_scenes`."""
-  questions = []
-  for row, record in read_json_rows(path):
+  questions, ids = [], QuestionIds(path, "question_id")
+  for row, record in read_json_rows(path, "question_id"):
     record_id = field(path, row, record, "question_id", str)
+    ids.add(row, record_id)
     text = field(path, row, record, "question", str, record_id)
     scene_id = field(path, row, record, "scene_id", str, record_id)
     object_ids = field(path, row, record, "object_ids", list, record_id)

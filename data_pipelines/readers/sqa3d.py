@@ -24,12 +24,12 @@ turned by the quaternion (scipy's x, y, z, w order), so it faces R(q) (-1, 0, 0)
 
 from __future__ import annotations
 
-import json
 import math
 import pathlib
 
 from data_pipelines.readers.common import (BenchmarkFormatError, BenchmarkQuestion,
-                                           MissingImageError, field, inside_root)
+                                           MissingImageError, QuestionIds, field,
+                                           inside_root, read_json)
 
 CATEGORIES = ("what", "is", "how", "can", "which", "others")
 
@@ -45,20 +45,15 @@ def _load(path, key: str) -> list:
   path = pathlib.Path(path)
   if not path.exists():
     raise FileNotFoundError(f"benchmark file not found: {path}")
-  try:
-    record = json.loads(path.read_text())
-  except json.JSONDecodeError as e:
-    raise BenchmarkFormatError(path, 0, None, "<file>", f"not JSON ({e.msg})") from None
-  except UnicodeDecodeError:
-    raise BenchmarkFormatError(path, 0, None, "<file>", "expected UTF-8 JSON text") from None
+  record = read_json(path)
   if not isinstance(record, dict) or key not in record:
     got = f"keys {sorted(record)[:8]}" if isinstance(record, dict) else type(record).__name__
     raise BenchmarkFormatError(path, 0, None, key, f"expected a JSON object with a {key!r} "
                                f"list, got {got}")
   rows = record[key]
-  if not isinstance(rows, list):
-    raise BenchmarkFormatError(path, 0, None, key, f"expected a list, got "
-                               f"{type(rows).__name__}")
+  if not isinstance(rows, list) or not rows:
+    got = "an empty list" if isinstance(rows, list) else type(rows).__name__
+    raise BenchmarkFormatError(path, 0, None, key, f"expected a list of records, got {got}")
   return rows
 
 
@@ -93,20 +88,16 @@ def read_sqa3d(questions_path, annotations_path, scene_root=None,
   each question's scene folder (`scene_root/<scene_id>`) must exist when `check_scenes`.
   Errors name the file, the row (from 1, within its list), the question id and the field."""
   annotations: dict[str, tuple[int, dict]] = {}
+  annotation_ids = QuestionIds(annotations_path, "question_id")
   for row, record in enumerate(_load(annotations_path, "annotations"), 1):
     record_id = _question_id(annotations_path, row, record)
-    if record_id in annotations:
-      raise BenchmarkFormatError(annotations_path, row, record_id, "question_id",
-                                 f"repeats row {annotations[record_id][0]}'s id")
+    annotation_ids.add(row, record_id)
     annotations[record_id] = (row, record)
 
-  questions, seen = [], {}
+  questions, seen = [], QuestionIds(questions_path, "question_id")
   for row, record in enumerate(_load(questions_path, "questions"), 1):
     record_id = _question_id(questions_path, row, record)
-    if record_id in seen:
-      raise BenchmarkFormatError(questions_path, row, record_id, "question_id",
-                                 f"repeats row {seen[record_id]}'s id")
-    seen[record_id] = row
+    seen.add(row, record_id)
     text = field(questions_path, row, record, "question", str, record_id)
     if not text.strip():
       raise BenchmarkFormatError(questions_path, row, record_id, "question",
@@ -167,7 +158,7 @@ def read_sqa3d(questions_path, annotations_path, scene_root=None,
         meta={"situation": situation, "alternative_situation": tuple(alternatives),
               "position": position, "rotation": rotation, "row": row,
               "annotation_row": arow, **extra}))
-  orphans = set(annotations) - set(seen)
+  orphans = set(annotations) - set(seen.rows)
   if orphans:
     record_id = min(orphans, key=lambda i: annotations[i][0])
     raise BenchmarkFormatError(annotations_path, annotations[record_id][0], record_id,

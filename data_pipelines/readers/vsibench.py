@@ -5,15 +5,17 @@ Videos live at `video_root/<dataset>/<scene_name>.mp4`."""
 from __future__ import annotations
 
 from data_pipelines.readers.common import (OPTION_LETTERS, BenchmarkFormatError,
-                                           BenchmarkQuestion, check_file, field, inside_root)
+                                           BenchmarkQuestion, QuestionIds, check_file,
+                                           check_options, field, inside_root)
 from data_pipelines.readers.tables import read_table_rows
 
 
 def read_vsibench(path, video_root=None, check_videos: bool = True,
                   question_types: tuple[str, ...] | None = None) -> list[BenchmarkQuestion]:
-  questions = []
-  for row, record in read_table_rows(path):
+  questions, ids = [], QuestionIds(path, "id")
+  for row, record in read_table_rows(path, "id"):
     record_id = str(field(path, row, record, "id", (str, int)))
+    ids.add(row, record_id)
     dataset = field(path, row, record, "dataset", str, record_id)
     scene = field(path, row, record, "scene_name", str, record_id)
     kind = field(path, row, record, "question_type", str, record_id)
@@ -27,6 +29,8 @@ def read_vsibench(path, video_root=None, check_videos: bool = True,
     options = tuple(o.split(". ", 1)[1] if o[:3] in {f"{c}. " for c in OPTION_LETTERS} else o
                     for o in options)
     truth = str(truth)
+    if options:
+      check_options(path, row, record_id, "options", options)
     if options and truth not in OPTION_LETTERS[:len(options)]:
       raise BenchmarkFormatError(path, row, record_id, "ground_truth",
                                  f"expected one of {OPTION_LETTERS[:len(options)]!r}, "

@@ -31,8 +31,8 @@ def layout(tmp_path):
   return tmp_path, root
 
 
-def mindcube_row(images):
-  return {"id": "rotation_x_q0", "category": ["c"], "type": "three_view", "meta_info": [],
+def mindcube_row(images, record_id="rotation_x_q0"):
+  return {"id": record_id, "category": ["c"], "type": "three_view", "meta_info": [],
           "question": "Which? A. left B. right", "images": images, "gt_answer": "B"}
 
 
@@ -60,7 +60,7 @@ def write_rows(path, rows):
 def read(kind: str, tmp, root, value, check=True):
   """Reads one row of `kind` whose path field is `value` (MindCube's second row)."""
   if kind == "mindcube":
-    path = write_rows(tmp / "mc.jsonl", [mindcube_row(["a.png"]), mindcube_row(value)])
+    path = write_rows(tmp / "mc.jsonl", [mindcube_row(["a.png"]), mindcube_row(value, "rotation_x_q1")])
     return read_mindcube(path, image_root=root, check_images=check)
   if kind == "blink":
     return read_blink(write_rows(tmp / "blink.jsonl", [blink_row(value)]), image_root=root,

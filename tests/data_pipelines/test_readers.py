@@ -57,10 +57,11 @@ GOOD_MINDCUBE = {"id": "rotation_x_q0", "category": ["c"], "type": "three_view",
     ({"gt_answer": "C"}, "gt_answer", "expected one of the 2 option letters 'AB', got 'C'"),
     ({"images": "a.png"}, "images", "expected list, got str"),
     ({"id": "upside_x"}, "id", "expected a prefix in"),
-    ({"question": "Which one?"}, "gt_answer", "expected one of the 0 option letters"),
+    ({"question": "Which one?"}, "question", "0 options: a multiple-choice question needs"),
 ])
 def test_mindcube_bad_rows_name_file_row_id_and_field(tmp_path, change, field, problem):
-  path = write_jsonl(tmp_path / "mc.jsonl", [GOOD_MINDCUBE, {**GOOD_MINDCUBE, **change}])
+  bad = {**GOOD_MINDCUBE, "id": "rotation_x_q1", **change}
+  path = write_jsonl(tmp_path / "mc.jsonl", [GOOD_MINDCUBE, bad])
   with pytest.raises(BenchmarkFormatError) as error:
     read_mindcube(path, check_images=False)
   assert error.value.row == 2 and error.value.field == field
