@@ -24,8 +24,12 @@ Limits and how each is enforced:
                      becomes "(summary timed out)"); here: a cell whose summaries run past
                      it plus SUMMARY_GRACE_S (a repr that swallows the alarm or blocks in C)
                      is killed like a timeout.
-  memory_bytes       RLIMIT_AS (allocations past it raise MemoryError in the cell); the
-                     private /tmp is a tmpfs of min(memory_bytes, 1 GiB), RLIMIT_FSIZE alike.
+  memory_bytes       RLIMIT_AS (allocations past it raise MemoryError in the cell).
+  tmp_bytes          the private /tmp: a tmpfs of this size, RLIMIT_FSIZE alike (a write
+                     past it fails with ENOSPC). A tmpfs is host memory outside RLIMIT_AS, so
+                     it is capped on its own: one kernel holds at most memory_bytes +
+                     tmp_bytes of host memory (defaults 4 GiB + 256 MiB), its controller
+                     cell_image_bytes more.
   processes          RLIMIT_NPROC for the kernel's own uid (threads count; a fork bomb or a
                      thread bomb stops there); seccomp refuses fork / exec outright.
   stdout_bytes       inside: stdout / stderr each keep the first and last halves; here:
@@ -101,6 +105,7 @@ class Limits:
   max_images: int = 250
   image_pixels: int = 4096 * 4096
   cell_image_bytes: int = 256 << 20
+  tmp_bytes: int = 256 << 20
   cpu_s: float | None = 1800.0
   rollback: str = "full"  # "full" | "partial"
 
@@ -118,6 +123,8 @@ class Limits:
         or self.cell_image_bytes < 0):
       raise ValueError("stdout_bytes >= 64, max_images >= 0, image_pixels >= 1 and "
                        "cell_image_bytes >= 0")
+    if self.tmp_bytes < 1 << 20:
+      raise ValueError(f"tmp_bytes must be at least 1 MiB, got {self.tmp_bytes}")
     if self.cpu_s is not None and not self.cpu_s > 0:
       raise ValueError("cpu_s must be positive or None")
 

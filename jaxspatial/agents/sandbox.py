@@ -18,8 +18,15 @@ One process per episode, started as
   under an empty tmpfs), /usr/lib (libc and friends), /etc/ld.so.cache, and numpy / scipy /
   PIL (with their bundled .libs) under /opt/kernel-site; the episode folder (kernel_program/,
   frames as .npy, episode.json) read-only, owned by the kernel's uid with modes 0500 / 0400;
-  a private tmpfs /tmp (size-limited); / remounted read-only. Not the repository, /work,
-  $HOME, the data or any other episode.
+  a private tmpfs /tmp (`Limits.tmp_bytes`); / remounted read-only. Not the repository,
+  /work, $HOME, the data or any other episode. bwrap reads its options from a file
+  descriptor (`--args`), so /proc/1/cmdline inside names no host path; /proc/self/mountinfo
+  still shows each bind's host source path (procfs has no way to hide it): accepted, as
+  the names reveal nothing that is not bound read-only already (the interpreter's and the
+  packages' install locations, the episode folder's temporary name).
+- /tmp is writable and executable (bwrap 0.8 mounts no tmpfs noexec): native code written
+  there is kept out by seccomp (no exec) and the kernel's audit hook (no extension module,
+  ctypes or dlopen from a writable path).
 - environment: empty but for HOME / TMPDIR (/tmp), LANG and the BLAS thread counts.
 - resources (set by the kernel program as soon as it starts): RLIMIT_AS, RLIMIT_NPROC (threads
   count), RLIMIT_CPU, RLIMIT_FSIZE, RLIMIT_NOFILE, RLIMIT_CORE 0.
@@ -228,8 +235,8 @@ def rlimit_config(limits, tmp_bytes: int) -> dict:
 
 
 def tmp_bytes_for(limits) -> int:
-  """The private /tmp's size and RLIMIT_FSIZE: the memory limit, at most 1 GiB."""
-  return int(min(limits.memory_bytes, 1 << 30))
+  """The private /tmp's size and RLIMIT_FSIZE (`Limits.tmp_bytes`)."""
+  return int(limits.tmp_bytes)
 
 
 def blas_threads(limits) -> int:
@@ -243,21 +250,34 @@ def launch(folder: str, script: str, config: dict, limits, *, sandbox: bool,
   else as a plain child process in a session of its own (unsafe)."""
   tmp_bytes = tmp_bytes_for(limits)
   config = dict(config)
+  options = None
   if sandbox:
     bwrap = require_bwrap()
     config.update(sandboxed=True, uid=identity.uid, episode=EPISODE, tmp=TMP, site=SITE,
                   rlimits=rlimit_config(limits, tmp_bytes))
-    argv = bwrap_argv(bwrap, folder, identity, tmp_bytes=tmp_bytes,
-                      threads=blas_threads(limits))
-    argv += [interpreter(), "-I", "-S", "-B", f"{EPISODE}/{script}", json.dumps(config)]
+    # bwrap's options (host paths of the episode folder and the packages) reach it through
+    # a file descriptor: the command line, which the kernel reads as /proc/1/cmdline, holds
+    # none of them.
+    options = tempfile.TemporaryFile()  # pylint: disable=consider-using-with
+    options.write(b"".join(arg.encode() + b"\0" for arg in bwrap_argv(
+        bwrap, folder, identity, tmp_bytes=tmp_bytes, threads=blas_threads(limits))[1:]))
+    options.seek(0)
+    pass_fds = (*pass_fds, options.fileno())
+    argv = [bwrap, "--args", str(options.fileno()), interpreter(), "-I", "-S", "-B",
+            f"{EPISODE}/{script}", json.dumps(config)]
   else:
     tmp = os.path.join(folder, "tmp")
     os.makedirs(tmp, exist_ok=True)
     config.update(sandboxed=False, uid=None, episode=folder, tmp=tmp, site=None)
     argv = [sys.executable, "-I", "-B", os.path.join(folder, script), json.dumps(config)]
-  process = subprocess.Popen(  # pylint: disable=consider-using-with
-      argv, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, pass_fds=tuple(pass_fds),
-      close_fds=True, start_new_session=True, env={} if sandbox else _plain_env())
+  try:
+    process = subprocess.Popen(  # pylint: disable=consider-using-with
+        argv, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
+        pass_fds=tuple(pass_fds), close_fds=True, start_new_session=True,
+        env={} if sandbox else _plain_env())
+  finally:
+    if options is not None:
+      options.close()
   return Launch(process=process, identity=identity)
 
 

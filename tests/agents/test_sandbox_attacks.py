@@ -312,6 +312,77 @@ def test_a_show_flood_is_held_to_the_cells_image_bytes():
     assert [label for label, _ in again.images] == ["next cell"]
 
 
+def _rss_bytes() -> int:
+  with open("/proc/self/statm", encoding="ascii") as f:
+    return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def peak_rss_growth(call) -> tuple[object, int]:
+  """(call(), the controller's peak resident-set growth while it ran, sampled every 2 ms)."""
+  start, peak, done = _rss_bytes(), [0], threading.Event()
+
+  def sample():
+    while not done.is_set():
+      peak[0] = max(peak[0], _rss_bytes() - start)
+      time.sleep(0.002)
+  sampler = threading.Thread(target=sample, daemon=True)
+  sampler.start()
+  try:
+    return call(), peak[0]
+  finally:
+    done.set()
+    sampler.join()
+
+
+CONTROLLER_SLACK = 48 << 20  # one message in flight, allocator pages, the sampler itself
+
+
+def test_the_controllers_memory_stays_within_the_cells_image_bytes():
+  """The issue's flood (80 shows of a 2048 x 2048 image: 1 GB asked for) and a forged
+  header claiming 1 GiB: the controller's peak RSS grows by at most cell_image_bytes plus
+  one message (the documented bound), measured while the cell runs."""
+  limits = Limits(cell_timeout_s=30.0, summary_timeout_s=2.0, memory_bytes=1 << 30,
+                  processes=24, stdout_bytes=4096, cell_image_bytes=64 << 20)
+  with Kernel(frames(), {}, limits=limits, static_check=False) as k:
+    result, growth = peak_rss_growth(lambda: run(
+        k, "a = np.zeros((2048, 2048, 3), np.uint8)\nfor i in range(80):\n  show(a, str(i))",
+        status="ok"))
+    assert len(result.images) == 5  # 5 x 12.6 MB fit 64 MiB
+    assert growth <= limits.cell_image_bytes + CONTROLLER_SLACK, growth / 2**20
+    del result
+    forged = ("g = getattr(show, '__globals__')\nw = getattr(g['write_buffers'], '__globals__')"
+              "\nk = [c.cell_contents for c in getattr(show, '__closure__') "
+              "if type(c.cell_contents).__name__ == 'Kernel'][0]\nimport json\n"
+              "body = json.dumps({'msg': {'type': 'show', 'label': 'x', 'nonce': k.nonce}, "
+              "'arrays': [['|u1', [1 << 15, 1 << 15]]]}).encode()\n"
+              "g['write_buffers'](k.outbox, [w['HEADER'].pack(w['MAGIC'], len(body), 1), body])"
+              "\nimport time\ntime.sleep(5)")
+    result, growth = peak_rss_growth(lambda: run(k, forged, status="killed"))
+    assert "bytes of images past the cell's" in result.error
+    assert growth <= CONTROLLER_SLACK, growth / 2**20
+
+
+def test_tmp_is_capped_by_tmp_bytes():
+  """The private /tmp is host memory outside RLIMIT_AS: it holds tmp_bytes and no more."""
+  limits = Limits(**{**FAST.__dict__, "tmp_bytes": 8 << 20})
+  with Kernel(frames(), {}, limits=limits, static_check=False) as k:
+    result = run(k, "import errno\nblock = b'x' * (6 << 20)\nopen('/tmp/a', 'wb').write(block)"
+                    "\ntry:\n  open('/tmp/b', 'wb').write(block)\nexcept OSError as e:\n"
+                    "  print(errno.errorcode[e.errno])", status="ok")
+    assert result.stdout.strip() == "ENOSPC", result.stdout
+
+
+def test_pid_1s_command_line_names_no_host_path(bypass):  # pylint: disable=redefined-outer-name
+  """bwrap takes its options (binds of host folders) through a file descriptor: what the
+  kernel reads in /proc/1/cmdline is bwrap, `--args` and the command."""
+  result = run(bypass, "print(open('/proc/1/cmdline', 'rb').read().split(b'\\0'))",
+               status="ok")
+  words = result.stdout
+  assert "--args" in words and "/episode/kernel_program" in words, words
+  for host_path in (REPO, sys.prefix, os.path.dirname(np.__file__), "--ro-bind", "/tmp/"):
+    assert host_path not in words, (host_path, words)
+
+
 # -- filter bypasses --------------------------------------------------------------------------
 
 BYPASSES = {
