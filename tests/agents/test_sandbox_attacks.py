@@ -401,6 +401,8 @@ BYPASSES = {
                              "np.save('/tmp/e.npy', np.array([E()], dtype=object), "
                              "allow_pickle=True)\nnp.load('/tmp/e.npy', allow_pickle=True)"),
     "ctypes": "import ctypes\nctypes.CDLL('libc.so.6').system(b'id')",
+    "a module's os": "import PIL.Image\nPIL.Image.os.system('id')",
+    "a module's sys": "from PIL import Image\nImage.sys.modules['posix'].system('id')",
     "code objects": ("import types\nf = lambda: 0\n"
                      "f.__code__.replace(co_consts=(1,))"),
 }

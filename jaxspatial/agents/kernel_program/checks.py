@@ -31,6 +31,13 @@ FORBIDDEN_MODULES = {
     "torch": "ML frameworks", "tensorflow": "ML frameworks", "jax": "ML frameworks",
     "jaxlib": "ML frameworks", "flax": "ML frameworks", "keras": "ML frameworks",
 }
+# Modules that other modules hold as attributes (PIL.Image.os, numpy's sys): reaching one
+# that way is an import by another name. Not every forbidden module: scipy.io, scipy.signal
+# and an object's `.code` are ordinary.
+MODULE_ATTRIBUTES = frozenset({
+    "os", "sys", "subprocess", "posix", "ctypes", "builtins", "importlib", "shutil",
+    "socket", "pickle", "marshal", "multiprocessing", "_thread", "pty", "fcntl", "mmap",
+    "resource", "gc"})
 FORBIDDEN_BUILTINS = frozenset({"open", "exec", "eval", "compile", "__import__", "breakpoint",
                                 "input", "get_ipython", "__builtins__"})
 FORBIDDEN_ATTRIBUTES = frozenset({
@@ -104,6 +111,9 @@ def check_tree(tree: ast.Module) -> list[tuple[int, str]]:
       attr = _nfkc(node.attr)
       if attr in FORBIDDEN_ATTRIBUTES:
         add(node, f"attribute {attr!r} is not allowed")
+      elif attr in MODULE_ATTRIBUTES:
+        add(node, f"attribute {attr!r} (the module: {FORBIDDEN_MODULES[attr]}) is not "
+            "allowed")
     elif isinstance(node, ast.Constant) and isinstance(node.value, str):
       text = _nfkc(node.value)
       if text in FORBIDDEN_ATTRIBUTES or text == "__import__":
