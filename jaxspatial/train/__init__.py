@@ -25,7 +25,9 @@ Modules:
   a resumed run redoes; a gs:// logdir is staged locally and uploaded whole on flush, which the
   trainer calls before each checkpoint), every file under a workdir goes through etils.epath,
   distributed.py (jax.distributed from the environment; each process's rows of a global batch:
-  process_rows, global_batch), plots.py (PNG curves),
+  process_rows, global_batch), plots.py (`training_curves`: curve.png / curve.svg of a whole
+  run from metrics.jsonl, a panel per metric, phase starts marked; matplotlib, imported
+  when drawing),
 - losses.py (the loss registry: objective name -> (sum, (denominator, metrics)); "sft", "grpo",
   and "thinker3d_stage1" from train/thinker3d.py),
 - registry.py (`registrar`: the one decorator factory of the loss and the advantage-estimator
@@ -47,10 +49,11 @@ One loop: `jaxspatial.train.Trainer(config, experiment).run()` (`launch.train` c
 (`experiment.build(mesh)`), runs the experiment's phases by a global step, makes each phase's
 optimizer (`Phase.optimizer`, its `total_steps` the phase's updates) and KL reference, restores
 across phases, refuses non-finite updates, handles SIGTERM, writes metrics (process 0; a
-supervised step's metrics are read while the next step runs) and the progress bar, and calls the
-experiment's evaluation and report. A recipe supplies an `Experiment` (train/experiment.py):
-`build`, `phases` (each a `Phase`: name, steps, objective through `StepConfig`, optimizer,
-trainable filter, reference, and for RL the `AdvantageConfig`, epochs and mini-batches),
+supervised step's metrics are read while the next step runs), a progress bar per phase and, at
+the end, the run's charts, and calls the experiment's evaluation and report. A recipe supplies
+an `Experiment` (train/experiment.py): `build`, `phases` (each a `Phase`: name, steps,
+objective through `StepConfig`, optimizer, trainable filter, reference, and for RL the
+`AdvantageConfig`, epochs and mini-batches),
 `train_batch(phase, k)` or `rollout(phase, k, key)`, `evaluate(module, when)`, `report`, its
 `data_iterator` and a memory estimate. Every step's data and keys derive from (seed, step in
 phase, the data iterator's state), so a run restored at step k continues exactly as if it had
@@ -113,6 +116,7 @@ from jaxspatial.train.distributed import global_batch, initialize_from_env, proc
 from jaxspatial.train.logprobs import token_logprobs
 from jaxspatial.train.metrics import MetricWriter, read_jsonl
 from jaxspatial.train.optim import OptimizerConfig, make_optimizer, trainable
+from jaxspatial.train.plots import training_curves
 from jaxspatial.train.grpo import ESTIMATORS, AdvantageConfig, register_advantage_estimator
 from jaxspatial.train.losses import LOSSES, get_loss, register_loss
 from jaxspatial.train import thinker3d as _thinker3d  # noqa: F401 (registers its loss)
@@ -132,4 +136,4 @@ __all__ = ["AdvantageConfig", "ESTIMATORS", "register_advantage_estimator", "Che
            "TrainBatch", "batch_logprobs", "grpo", "global_batch", "initialize_from_env", "key_from_json",
            "key_to_json", "make_optimizer", "process_rows", "read_jsonl", "shard_batch", "split_logprobs",
            "split_train_step", "token_logprobs", "train_step", "trainable", "WorkdirLock",
-           "hold_workdir"]
+           "hold_workdir", "training_curves"]

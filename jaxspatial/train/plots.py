@@ -1,57 +1,146 @@
-"""Line charts as PNG with PIL (reward curves), no plotting library needed."""
+"""Training charts with matplotlib (Agg; imported only when drawing, so importing jaxspatial
+stays light).
+
+`training_curves(metrics.jsonl)` draws a whole run from its log: every phase on one global-step
+axis, each phase's start marked (a dashed line and its name), one panel per metric, each step's
+value as a faint point and its running mean as a line; written as curve.png and curve.svg
+beside the log. A row's metrics are named "<phase>/<metric>" (the trainer's MetricWriter rows),
+so the log alone says which phase each step belonged to, including steps before a resume.
+
+Artists carry SVG ids: "panel:<metric>", "raw:<metric>:<phase>", "smooth:<metric>:<phase>",
+"boundary:<metric>:<phase>" and "phase:<metric>:<phase>" (the name at a phase's start).
+"""
 
 from __future__ import annotations
 
+import contextlib
 import io
 
 import numpy as np
 from etils import epath
-from PIL import Image, ImageDraw
 
-PALETTE = ((31, 119, 180), (214, 39, 40), (44, 160, 44), (148, 103, 189), (255, 127, 14))
+from jaxspatial.train.metrics import read_jsonl
+
+# Drawn when the log holds them, after the experiment's own curve metrics.
+DEFAULT_METRICS = ("reward", "accuracy", "loss", "kl")
+_NOT_METRICS = ("step", "time")
+_RC = {"svg.fonttype": "none",   # text stays text: smaller, searchable SVG
+       "svg.hashsalt": "jaxspatial",  # the same log gives the same SVG
+       "axes.spines.top": False, "axes.spines.right": False}
 
 
-def line_chart(series: dict, path, title: str = "", width: int = 720, height: int = 400,
-               x_label: str = "step") -> epath.Path:
-  """`series`: name -> (x values, y values). Axes span the data; a legend names the lines."""
-  image = Image.new("RGB", (width, height), "white")
-  draw = ImageDraw.Draw(image)
-  left, right, top, bottom = 60, width - 20, 30, height - 40
-  xs = np.concatenate([np.asarray(x, float) for x, _ in series.values()] or [np.zeros(1)])
-  ys = np.concatenate([np.asarray(y, float) for _, y in series.values()] or [np.zeros(1)])
-  ys = ys[np.isfinite(ys)] if np.isfinite(ys).any() else np.zeros(1)
-  x0, x1 = float(xs.min()), float(max(xs.max(), xs.min() + 1))
-  y0, y1 = float(ys.min()), float(ys.max())
-  if y1 - y0 < 1e-9:
-    y0, y1 = y0 - 0.5, y1 + 0.5
-  to_px = lambda x, y: (left + (x - x0) / (x1 - x0) * (right - left),
-                        bottom - (y - y0) / (y1 - y0) * (bottom - top))
-  draw.rectangle([left, top, right, bottom], outline=(0, 0, 0))
-  for k in range(5):
-    y = y0 + (y1 - y0) * k / 4
-    _, py = to_px(x0, y)
-    draw.line([left - 4, py, left, py], fill=(0, 0, 0))
-    draw.text((4, py - 6), f"{y:.2f}", fill=(0, 0, 0))
-  for k in range(5):
-    x = x0 + (x1 - x0) * k / 4
-    px, _ = to_px(x, y0)
-    draw.line([px, bottom, px, bottom + 4], fill=(0, 0, 0))
-    draw.text((px - 10, bottom + 8), f"{x:.0f}", fill=(0, 0, 0))
-  draw.text((width // 2 - 20, height - 16), x_label, fill=(0, 0, 0))
-  draw.text((left, 8), title, fill=(0, 0, 0))
-  for index, (name, (x, y)) in enumerate(series.items()):
-    colour = PALETTE[index % len(PALETTE)]
-    points = [to_px(a, b) for a, b in zip(np.asarray(x, float), np.asarray(y, float))
-              if np.isfinite(b)]
-    if len(points) > 1:
-      draw.line(points, fill=colour, width=2)
-    elif points:
-      draw.ellipse([points[0][0] - 2, points[0][1] - 2, points[0][0] + 2, points[0][1] + 2],
-                   fill=colour)
-    draw.text((right - 150, top + 6 + 14 * index), name, fill=colour)
+def split_name(key: str) -> tuple[str, str]:
+  """"rl/accuracy/explore" -> ("rl", "accuracy/explore"); an unprefixed "loss" -> ("", "loss")."""
+  phase, _, metric = key.partition("/")
+  return (phase, metric) if metric else ("", key)
+
+
+def running_mean(values, window: int) -> np.ndarray:
+  """Each value's mean with the `window - 1` before it (fewer at the start)."""
+  values = np.asarray(values, float)
+  if window < 1:
+    raise ValueError(f"running_mean: window must be >= 1, got {window}")
+  sums = np.concatenate([[0.0], np.cumsum(values)])
+  ends = np.arange(1, len(values) + 1)
+  counts = np.minimum(ends, window)
+  return (sums[ends] - sums[ends - counts]) / counts
+
+
+def phases_of(rows: list[dict]) -> dict[str, int]:
+  """{phase: its first step} in step order, a row's phase being its first metric's prefix."""
+  starts = {}
+  for row in sorted(rows, key=lambda r: r["step"]):
+    keys = [k for k in row if k not in _NOT_METRICS]
+    if keys:
+      starts.setdefault(split_name(keys[0])[0], int(row["step"]))
+  return starts
+
+
+def _series(rows: list[dict], metric: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+  """{phase: (steps, finite values)} of one metric, in step order."""
+  out = {}
+  for row in sorted(rows, key=lambda r: r["step"]):
+    for key, value in row.items():
+      phase, name = split_name(key)
+      if key not in _NOT_METRICS and name == metric and value is not None and np.isfinite(value):
+        xs, ys = out.setdefault(phase, ([], []))
+        xs.append(int(row["step"]))
+        ys.append(float(value))
+  return {phase: (np.asarray(xs), np.asarray(ys)) for phase, (xs, ys) in out.items()}
+
+
+def chosen_metrics(rows: list[dict], metrics=()) -> list[str]:
+  """The panels: `metrics` (names with or without a phase prefix, as an experiment's
+  `curve_metrics`), then DEFAULT_METRICS, each once and only if the log holds it."""
+  logged = {split_name(k)[1] for row in rows for k in row if k not in _NOT_METRICS}
+  phases = set(phases_of(rows))
+  wanted = [split_name(m)[1] if split_name(m)[0] in phases else m for m in metrics]
+  return [m for m in dict.fromkeys([*wanted, *DEFAULT_METRICS]) if m in logged]
+
+
+@contextlib.contextmanager
+def _figure(width: int, height: int, dpi: int, panels: int):
+  """A figure of `panels` stacked axes sharing x, under this module's style; pyplot-free (no
+  global state: callers in threads or notebooks are unaffected)."""
+  # pylint: disable=import-outside-toplevel
+  import matplotlib
+  from matplotlib.backends.backend_agg import FigureCanvasAgg
+  from matplotlib.figure import Figure
+  with matplotlib.rc_context(_RC):
+    figure = Figure(figsize=(width / dpi, height / dpi), dpi=dpi, layout="constrained")
+    FigureCanvasAgg(figure)
+    yield figure, figure.subplots(panels, 1, sharex=True, squeeze=False)[:, 0]
+
+
+def _save(figure, path, fmt: str) -> epath.Path:
   path = epath.Path(path)  # a local or a remote (gs://) file
   path.parent.mkdir(parents=True, exist_ok=True)
   buffer = io.BytesIO()
-  image.save(buffer, format="PNG")
+  figure.savefig(buffer, format=fmt, metadata={"Date": None} if fmt == "svg" else None)
   path.write_bytes(buffer.getvalue())
   return path
+
+
+def training_curves(metrics_jsonl, metrics=(), title: str = "", window: int = 10,
+                    out_dir=None, width: int = 1000, panel_height: int = 240,
+                    dpi: int = 100) -> list[epath.Path]:
+  """Draws the run logged in `metrics_jsonl` (see the module docstring) to curve.png and
+  curve.svg in `out_dir` (default: the log's folder), `width` x `panel_height` pixels per
+  panel; lines are `window`-step running means within each phase. Returns the files written
+  ([] when the log holds none of the metrics)."""
+  rows = [r for r in read_jsonl(metrics_jsonl) if "step" in r]
+  names = chosen_metrics(rows, metrics)
+  if not names:
+    return []
+  starts = phases_of(rows)
+  colours = {phase: f"C{i}" for i, phase in enumerate(starts)}
+  steps = [int(r["step"]) for r in rows]
+  with _figure(width, panel_height * len(names), dpi, len(names)) as (figure, axes):
+    for ax, metric in zip(axes, names):
+      ax.set_gid(f"panel:{metric}")
+      for phase, (xs, ys) in _series(rows, metric).items():
+        ax.plot(xs, ys, "o", ms=2.5, alpha=0.25, color=colours[phase],
+                gid=f"raw:{metric}:{phase}")
+        ax.plot(xs, running_mean(ys, window), "-", lw=1.6, color=colours[phase],
+                gid=f"smooth:{metric}:{phase}")
+      for i, (phase, start) in enumerate(starts.items()):
+        if i:  # the first phase starts at the left edge
+          ax.axvline(start, color="0.4", ls="--", lw=1, gid=f"boundary:{metric}:{phase}")
+        if phase:  # unprefixed metrics have no phase to name
+          ax.text(start, 0.98, f" {phase}", transform=ax.get_xaxis_transform(), va="top",
+                  ha="left", fontsize=9, fontweight="bold", color=colours[phase],
+                  bbox={"fc": "white", "ec": "none", "alpha": 0.7, "pad": 1},
+                  gid=f"phase:{metric}:{phase}")
+      ax.set_ylabel(metric)
+      ax.tick_params(labelbottom=True)  # each panel reads alone
+      ax.grid(alpha=0.3)
+    pad = max(1, (max(steps) - min(steps)) // 50)
+    axes[0].set_xlim(min(steps) - pad, max(steps) + pad)
+    from matplotlib.ticker import MaxNLocator  # pylint: disable=import-outside-toplevel
+    axes[0].xaxis.set_major_locator(MaxNLocator(integer=True))  # shared: no step 2.5
+    axes[-1].set_xlabel(f"step (points: each step; lines: {window}-step running mean "
+                        "within a phase)")
+    if title:
+      figure.suptitle(title)
+    folder = epath.Path(out_dir) if out_dir is not None else epath.Path(metrics_jsonl).parent
+    return [_save(figure, folder / f"curve.{fmt}", fmt) for fmt in ("png", "svg")]

@@ -8,10 +8,12 @@ The trainer owns: the mesh (`config.mesh`), building the policy under it, the op
 of each phase, the KL reference, restoring across phases, checkpoints (model, optimizer,
 step, phase, results, the config, and each process's data-iterator state, all in one
 Orbax step, with fingerprints checked at restore), metrics (process 0; step k's are read
-while step k + 1 runs), the progress bar, SIGTERM and the report. It reads these config
-keys: seed, workdir, resume, mesh, model (the dtype policy), checkpoint.every /
-checkpoint.keep / checkpoint.keep_aside / checkpoint.restart_from_zero, log_every,
-resume_overrides and faults (tests: kill_after_step, sigterm_after_step, nan_at_step).
+while step k + 1 runs), a progress bar per phase (its ETA the phase's), the charts of the
+whole run (curve.png / curve.svg drawn from metrics.jsonl by train/plots.py), SIGTERM and
+the report. It reads these config keys: seed, workdir, resume, mesh, model (the dtype
+policy), checkpoint.every / checkpoint.keep / checkpoint.keep_aside /
+checkpoint.restart_from_zero, log_every, resume_overrides and faults (tests:
+kill_after_step, sigterm_after_step, nan_at_step).
 
 A resumed run continues exactly: every step's data and key derive from the seed, the
 step and the data iterator's state. Resuming refuses a config that differs in anything
@@ -40,7 +42,7 @@ from jaxspatial.train.distributed import initialize_from_env
 from jaxspatial.train.experiment import Experiment, Phase
 from jaxspatial.train.metrics import MetricWriter
 from jaxspatial.train.optim import make_optimizer
-from jaxspatial.train.plots import line_chart
+from jaxspatial.train.plots import training_curves
 from jaxspatial.train.reference import ReferencePolicy
 from jaxspatial.train.steps import train_step
 from jaxspatial.train.workdir_lock import hold_workdir
@@ -287,7 +289,6 @@ class Trainer:
           print(f"resumed from step {step} ({extra.get('phase')})", flush=True)
     _prune_aside(checkpointer, c.checkpoint.get("keep_aside", 2), primary)
     writer = MetricWriter(self.workdir, resume_step=step) if primary else None
-    curve = {name: ([], []) for name in experiment.curve_metrics}
     reference = None
     index = phase_index(step) if phases else 0
     if phases:
@@ -298,8 +299,16 @@ class Trainer:
     if step == 0:
       results.update(experiment.evaluate(self.module, "start"))
     key = jax.random.PRNGKey(c.seed)
-    bar = tqdm(total=total, initial=step, desc=experiment.name, dynamic_ncols=True,
-               disable=not primary)
+
+    def phase_bar(index: int, step: int) -> tqdm:
+      """Phase `index`'s own bar: one phase's ETA, not a blend of SFT and RL step times."""
+      if not phases:
+        return tqdm(total=0, disable=True)
+      return tqdm(total=phases[index].steps, initial=step - bounds[index],
+                  desc=f"{experiment.name} · {phases[index].name}", dynamic_ncols=True,
+                  disable=not primary)
+
+    bar = phase_bar(index, step)
     pending: _Pending | None = None
 
     def save(step, phase_name, metrics=None, force=False):
@@ -323,12 +332,8 @@ class Trainer:
             time.perf_counter() - p.started, 1e-9)
       if writer:
         writer.write(p.step, values)
-      for name, (xs, ys) in curve.items():
-        if name in values:
-          xs.append(p.step)
-          ys.append(values[name])
       bar.update(1)
-      if p.step % c.log_every == 0 or p.step == total:
+      if p.step % c.log_every == 0 or p.step in bounds:  # and each phase's last step
         bar.set_postfix({k.split("/")[-1]: f"{v:.3g}" for k, v in values.items()
                          if k.split("/")[-1] in ("loss", "reward", "accuracy", "kl",
                                                  "tokens_per_s")})
@@ -362,8 +367,10 @@ class Trainer:
           values = finish(pending)
           pending = None
         if phase_end and step < total:  # next phase: evaluate, new optimizer, reference
+          bar.close()
           results.update(experiment.evaluate(self.module, phase.name))
           index += 1
+          bar = phase_bar(index, step)
           optimizer = self._optimizer(phases[index])
           experiment.prepare(phases[index], self.module)
           reference = self._reference(phases[index], checkpointer)
@@ -395,13 +402,14 @@ class Trainer:
       writer.close()
     if primary:
       (self.workdir / "results.json").write_text(json.dumps(results, indent=2))
-      if any(xs for xs, _ in curve.values()):
-        _curve(self.workdir / "curve.png", curve, f"{experiment.name}: training")
+      charts = training_curves(self.workdir / "metrics.jsonl", experiment.curve_metrics,
+                               title=f"{experiment.name}: training") if total else []
       text = experiment.report(results, self.workdir)
       if text:
         print(text)
-      print(f"outputs: {self.workdir} (results.json, curve.png, metrics.jsonl, "
-            "checkpoints/)", flush=True)
+      print(f"outputs: {self.workdir} (results.json, "
+            + "".join(f"{chart.name}, " for chart in charts) + "metrics.jsonl, checkpoints/)",
+            flush=True)
     return results
 
 
@@ -420,14 +428,3 @@ def mesh_from_config(m):
   data = jax.device_count() // (m.fsdp * m.tensor) if m.data == -1 else m.data
   return sharding.make_mesh(data, m.fsdp, m.tensor)
 
-
-def _curve(path, series: dict, title: str, window: int = 10) -> None:
-  """Each series, as its `window`-step running mean once it is that long."""
-  out = {}
-  for name, (xs, ys) in series.items():
-    if len(ys) >= window:
-      out[f"{name} ({window}-step mean)"] = (xs[window - 1:], np.convolve(
-          ys, np.ones(window) / window, "valid"))
-    elif ys:
-      out[name] = (xs, ys)
-  line_chart(out, path, title=title)

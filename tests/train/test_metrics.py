@@ -118,10 +118,13 @@ def test_charts_and_teacher_files_are_written_to_a_remote_folder(gs):
   from PIL import Image  # pylint: disable=import-outside-toplevel
   from etils import epath  # pylint: disable=import-outside-toplevel
   from data_pipelines.synthetic import teachers  # pylint: disable=import-outside-toplevel
-  from jaxspatial.train.plots import line_chart  # pylint: disable=import-outside-toplevel
-  path = line_chart({"loss": ([1, 2, 3], [3.0, 2.0, 1.0])}, f"{gs}/curve.png")
-  image = Image.open(io.BytesIO(epath.Path(path).read_bytes()))
+  from jaxspatial.train.plots import training_curves  # pylint: disable=import-outside-toplevel
+  epath.Path(f"{gs}/metrics.jsonl").write_text(
+      "".join(f'{{"step": {k}, "sft/loss": {3.0 - k}}}\n' for k in (1, 2, 3)))
+  png, svg = training_curves(f"{gs}/metrics.jsonl", ("loss",), width=720, panel_height=400)
+  image = Image.open(io.BytesIO(epath.Path(png).read_bytes()))
   assert image.size == (720, 400) and np.asarray(image).std() > 0
+  assert png == epath.Path(f"{gs}/curve.png") and "raw:loss:sft" in epath.Path(svg).read_text()
   scene = {"scene_seed": 7, "questions": '[{"answer_text": "red", "options": [], "answer": ""}]'}
   assert teachers.write_scripted([scene], "act3d", f"{gs}/teacher.jsonl") == 1
   records = teachers.read_trajectories(f"{gs}/teacher.jsonl")
