@@ -54,11 +54,13 @@ from data_pipelines.loader import MAX_VIEWS, scene_questions, scene_tasks
 from data_pipelines.protocols import Protocol, protocol as named_protocol
 from data_pipelines.readers.common import BenchmarkQuestion
 from jaxspatial.envs import decode_text
+from jaxspatial.eval import metrics
 from jaxspatial.eval.prediction_log import PredictionLog
 from jaxspatial.eval.report import write_text_atomically
 from jaxspatial.perception.judge import EndpointError
 from jaxspatial.geometry import bucket_size
 from jaxspatial.rollout.api_agent import png_bytes
+from jaxspatial.rollout import viewer
 from jaxspatial.rollout.episode import ANSWER_BYTES
 from recipes.benchmark_eval import evaluate_predictions
 
@@ -222,34 +224,78 @@ class Episode:
   seconds: float = 0.0
 
 
+EPISODES_LEGEND = (
+    "Per question: its text, options and reference answer; per setting the prediction (the "
+    "model's final answer), the parsed answer (what the benchmark's scorer read from it) "
+    "and its score beside the views the model saw, numbered as the question counts images "
+    "(input views first, then those its tool calls returned); then the model's turns.")
+
+
+def parsed_prediction(spec: Protocol | None, question: BenchmarkQuestion,
+                      row: dict) -> tuple[str | None, str]:
+  """(what the protocol's scorer read from a row's prediction, a note on how it was
+  read): the option letter, the number or the extracted answer text."""
+  if row.get("error"):
+    return None, "(the item failed: scored 0)"
+  if row.get("verdict") is not None:
+    return metrics.prediction_answer(row["prediction"]), "(the judge's verdict)"
+  if spec is None:
+    return metrics.prediction_answer(row["prediction"]), "(no protocol: the answer text)"
+  metric = spec.metric(question)
+  if metric == "accuracy":
+    return metrics.predicted_letter(row["prediction"], spec.letter_rule, spec.extract,
+                                    len(question.options) or 5), ""
+  if metric == "mra":
+    value = metrics.parse_number(row["prediction"], spec.number_rule, spec.extract)
+    return None if value is None else f"{value:g}", ""
+  return (row["prediction"] if spec.extract == "reply"
+          else metrics.prediction_answer(row["prediction"])), ""
+
+
+def _question_protocol(question: BenchmarkQuestion) -> Protocol | None:
+  try:
+    return named_protocol(question.benchmark)
+  except ValueError:  # a benchmark without a protocol of its own name
+    return None
+
+
 def episodes_html(questions: dict[str, BenchmarkQuestion], rows: Sequence[dict],
-                  title: str) -> str:
-  """The page: per question its category, reference answer and, per setting, the views
-  the model saw (PNG files under views/, named in each row's "views"), its turns, answer
-  and score. `rows`: predictions.jsonl rows, in the page's order."""
-  parts = [f"<!doctype html><meta charset='utf-8'><title>{html.escape(title)}</title>",
-           "<style>body{font-family:sans-serif;margin:1em} .q{border-top:2px solid #888;"
-           "margin-top:1em} .s{display:flex;gap:1em;flex-wrap:wrap} pre{white-space:pre-wrap;"
-           "max-width:60em} img{width:192px;margin:2px} .ok{color:#070} .bad{color:#b00}"
-           "</style>", f"<h1>{html.escape(title)}</h1>"]
+                  title: str, spec: Protocol | None = None) -> str:
+  """The page: per question its category, text, options and reference answer and, per
+  setting, the prediction, the parsed answer (`parsed_prediction` under `spec`, default
+  the question's benchmark's protocol) and its score beside the views the model saw (PNG
+  files under views/, named in each row's "views"), then its turns. `rows`:
+  predictions.jsonl rows, in the page's order."""
+  parts = viewer.page_head(title, EPISODES_LEGEND)
   by_question: dict[str, list[dict]] = {}
   for row in rows:
     by_question.setdefault(row["question_id"], []).append(row)
   for qid, found in by_question.items():
     q = questions[qid]
     parts.append(f"<div class=q><h3>{html.escape(qid)} [{html.escape(q.category)}]</h3>"
-                 f"<pre>{html.escape(q.question)}</pre><p>reference: "
-                 f"<b>{html.escape(' | '.join(q.answers or (q.answer,)))}</b></p>")
+                 + viewer.facts(viewer.question_facts(q.question, q.options,
+                                                      q.answers or (q.answer,))))
+    # The input views: the question's images, else what its no-tools answer was shown.
+    inputs = len(q.images) or min((len(r.get("views", ())) for r in found
+                                   if r["setting"] == "no_tools"), default=0)
     for row in found:
-      images = "".join(f"<img src='views/{html.escape(name)}' alt='view {k}'>"
-                       for k, name in enumerate(row.get("views", ())))
-      turns = "".join(f"<pre>{html.escape(t)}</pre>" for t in row.get("turns", ()))
-      mark = "ok" if row["score"] >= 0.5 else "bad"
-      error = row.get("error")
-      parts.append(f"<h4>{html.escape(row['setting'])}: <span class={mark}>"
-                   f"{html.escape(row['prediction'])} (score {row['score']:.2f})</span>"
-                   + (f" error: {html.escape(error)}" if error else "")
-                   + f"</h4><div class=s>{images}</div>{turns}")
+      figures = "".join(
+          viewer.view_figure(f"views/{name}", k + 1,
+                             "" if not inputs else "input" if k < inputs else "from a tool")
+          for k, name in enumerate(row.get("views", ())))
+      parsed, note = parsed_prediction(spec or _question_protocol(q), q, row)
+      score = f"(score {row['score']:.2f}) {note}".strip()
+      fields = [("prediction", "Prediction", viewer.text_block(row["prediction"], "text")),
+                ("parsed", "Parsed answer",
+                 viewer.parsed_answer(parsed, row["score"] >= 0.5, score))]
+      if row.get("error"):
+        fields.append(("error", "Error", viewer.text_block(row["error"], "text")))
+      turns = "".join(f"<div class=turn><div><b>Turn {t + 1}</b><pre class=text>"
+                      f"{html.escape(text)}</pre></div></div>"
+                      for t, text in enumerate(row.get("turns", ())))
+      parts.append(f"<section class=episode><h4>{html.escape(row['setting'])}</h4>"
+                   f"<div class=summary>{viewer.facts(fields)}<div class=views>{figures}"
+                   f"</div></div>{turns}</section>")
     parts.append("</div>")
   return "\n".join(parts)
 
@@ -449,7 +495,7 @@ def run_benchmark(benchmark: str, data_dir, out_dir, backend, *, agent=None,
   document = results_from_rows(questions, rows, settings, seeds, spec, out, name)
   shown = [r for r in rows if r["seed"] == seeds[0] and place[r["question_id"]] < episodes]
   shown.sort(key=lambda r: place[r["question_id"]])
-  write_text_atomically(out / "episodes.html", episodes_html(by_id, shown, name))
+  write_text_atomically(out / "episodes.html", episodes_html(by_id, shown, name, spec))
   run.update(backend=backend.describe(),
              judge=None if judge is None else type(judge).__name__,
              # Verdict counts (unreadable ones score 0 like incorrect: reported apart).

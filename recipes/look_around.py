@@ -184,15 +184,24 @@ class LookAround(Experiment):
                "tokens": jnp.sum(traj.loss_mask)}
     if c.snapshot_every and step % c.snapshot_every == 0:
       self._page(traj, f"rollouts_train_{c.sft.steps + step:05d}.html",
-                 f"training rollouts, step {c.sft.steps + step}")
+                 f"training rollouts, step {c.sft.steps + step}", split=split)
     return RolloutBatch(TrainBatch.from_trajectory(traj), traj.reward, traj, metrics)
 
-  def _page(self, traj, name: str, title: str) -> None:
-    """An HTML page of process 0's episodes."""
+  def _page(self, traj, name: str, title: str, split: Split | None = None,
+            forced=None) -> None:
+    """An HTML page of process 0's episodes; `split` (the rollout's global batch) gives
+    each its question and reference, `forced` (the rollout's forced ids) marks what was
+    forced."""
     rows = jax.tree.map(local_rows, traj)
     if jax.process_index() == 0:
+      context = {}
+      if split is not None:
+        mine = split.take(my_rows(len(split.questions)))
+        context = dict(questions=[q.question for q in mine.questions], tasks=mine.tasks)
+      if forced is not None:
+        context["forced"] = np.asarray(forced)[my_rows(len(forced))]
       (epath.Path(self.c.workdir) / name).write_text(trajectory_html(
-          rows, self.tokenizer, self.run.automaton.grammar, title=title))
+          rows, self.tokenizer, self.run.automaton.grammar, title=title, **context))
 
   # -- evaluation --------------------------------------------------------------------------
 
@@ -235,7 +244,8 @@ class LookAround(Experiment):
     if "grpo" in results or "policy" in results:
       split = self.test.take(np.arange(min(16, len(self.test.questions))))
       traj = self._rollout(split, jax.random.PRNGKey(1), 0.0)
-      self._page(traj, "rollouts.html", "test episodes (greedy), after SFT + GRPO")
+      self._page(traj, "rollouts.html", "test episodes (greedy), after SFT + GRPO",
+                 split=split)
     return table(results)
 
 

@@ -83,7 +83,8 @@ def show(c) -> epath.Path:
   for name, value in trajectory.metrics().items():
     print(f"  {name}: {float(value):.3f}")
   page = viewer.trajectory_html(jax.device_get(trajectory), s.tokenizer, s.automaton.grammar,
-                                title=f"{c.agent.name} rollouts, seed {c.seed}")
+                                title=f"{c.agent.name} rollouts, seed {c.seed}",
+                                tasks=s.tasks, forced=s.forced)
   out = epath.Path(c.out)
   out.parent.mkdir(parents=True, exist_ok=True)
   out.write_text(page)

@@ -20,12 +20,14 @@ import pytest
 from PIL import Image
 
 from data_pipelines.caches import write_think3d_cache
+from data_pipelines.readers.mindcube import read_mindcube
 from data_pipelines.scene_caches import cache_name
 from jaxspatial.geometry import PointCloud
 from jaxspatial.rollout.agents import Think3DAgent
 from recipes import benchmark_run
 from tests.eval import official_scorers
 from tests.perception.chat_server import ChatServer
+from tests.rollout import test_viewer as pages
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 QUESTIONS = REPO.parent / "shared" / "data" / "benchmarks" / "mindcube_tiny_questions.jsonl"
@@ -168,6 +170,58 @@ def test_no_tools_scores_chatty_replies_as_mindcube_does(built, tmp_path):
   assert "Rotation" in (out / "results.md").read_text()
   for name in ("results.json", "results.md", "predictions.jsonl", "run.json", "episodes.html"):
     assert (out / name).stat().st_mode & 0o777 == 0o644, name  # readable, as files are
+
+
+def test_episodes_page_shows_question_reference_prediction_parsed_answer_and_views(tmp_path):
+  """episodes.html read as a reader reads it: per question its text, options and reference;
+  per setting the prediction, the letter MindCube's scorer reads in it and its verdict,
+  and every view the model saw, framed and numbered; model text escaped."""
+  rows = _rows()[:3]
+  questions = {q.question_id: q for q in read_mindcube(QUESTIONS, check_images=False)[:3]}
+  spec = benchmark_run.named_protocol("mindcube_tiny")
+  records = []
+  for place, row in enumerate(rows):
+    q = questions[row["id"]]
+    # White views with a dark mark: the frame, not the image, must set them off the page.
+    views = [np.full((24, 32, 3), 255, np.uint8) for _ in q.images]
+    for k, view in enumerate(views):
+      view[8:16, 4 + 6 * k:10 + 6 * k] = (40, 40, 160)
+    hostile = f"{pages.HOSTILE} {'x' * 300}\nThe answer is {row['gt_answer']}."
+    for setting, shown, prediction in (("no_tools", views, _chatty(row, place)),
+                                       ("tools", views + [views[0]], hostile)):
+      records.append({
+          "setting": setting, "question_id": q.question_id, "prediction": prediction,
+          "score": spec.score(q, prediction), "error": None,
+          "views": benchmark_run.save_views(shown, tmp_path, f"{place:05d}_{setting}"),
+          "turns": [prediction] if setting == "no_tools" else ["<tool_call>...", prediction]})
+  page = benchmark_run.episodes_html(questions, records, "MindCube-Tiny")
+  (tmp_path / "episodes.html").write_text(page)
+  assert "<script" not in page and "overflow-wrap:anywhere" in page
+  tree = pages.parse_page(page)
+  assert not tree.find("script")
+  blocks = tree.find("div", "q")
+  assert len(blocks) == len(rows)
+  for block, row in zip(blocks, rows):
+    q = questions[row["id"]]
+    assert pages.field(block, "question") == q.question
+    assert [li.text() for li in block.find("dd", "options")[0].find("li")] == [
+        f"{'ABCDEF'[k]}. {o}" for k, o in enumerate(q.options)]
+    assert pages.field(block, "reference") == row["gt_answer"]
+    sections = block.find("section", "episode")
+    assert [s.find("h4")[0].text() for s in sections] == ["no_tools", "tools"]
+    mine = [r for r in records if r["question_id"] == q.question_id]
+    for section, record in zip(sections, mine):
+      assert pages.field(section, "prediction") == record["prediction"]
+      letter = official_scorers.mindcube_extract(record["prediction"])
+      verdict = "correct" if letter == row["gt_answer"] else "incorrect"
+      assert pages.field(section, "parsed") == (
+          f"{letter or 'nothing parsed'} {verdict} (score {record['score']:.2f})")
+      pages.check_views(section, len(record["views"]))
+      for figure, name in zip(section.find("figure", "view"), record["views"]):
+        assert figure.find("img")[0].attrs["src"] == f"views/{name}"
+      last = len(record["views"])
+      source = "from a tool" if last > len(q.images) else "input"
+      assert section.find("figcaption")[-1].text() == f"View {last} ({source})"
 
 
 def _caches(rows, folder: pathlib.Path) -> None:
