@@ -6,7 +6,7 @@ PIP := $(PY) -m pip install --quiet --disable-pip-version-check -c constraints.t
 RUNTIME_STAMP := $(VENV)/.runtime-installed
 DEV_STAMP := $(VENV)/.dev-installed
 
-.PHONY: install demo thinker3d recipes test slow-tests train-checks bench device-bench system-deps clean
+.PHONY: install demo thinker3d recipes test slow-tests train-checks bench device-bench tunix-bench system-deps clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -118,6 +118,30 @@ bench: $(DEV_STAMP) system-deps
 
 device-bench: $(DEV_STAMP) system-deps
 	$(PY) -m benchmarks.device_suite
+
+# Our sampler against Tunix 0.1.7's on the same weights, in Tunix's own environment: this
+# repository at the tested jax / flax (constraints.txt), torch to write the weights, then Tunix.
+# Tunix pins safetensors<0.8 and we need >=0.8, so Tunix goes in with --no-deps and its other
+# requirements follow under our constraints (`import tunix` imports all of them); pip then
+# reports the safetensors conflict, which is expected.
+TUNIX_VENV := .venv-tunix
+TUNIX_PY := $(TUNIX_VENV)/bin/python
+TUNIX_PIP := $(TUNIX_PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt
+TUNIX_STAMP := $(TUNIX_VENV)/.tunix-installed
+TUNIX_REQUIRES := datasets fsspec google-metrax grain hf_transfer huggingface_hub \
+  importlib_resources jaxtyping jinja2 kagglehub numba omegaconf orbax-checkpoint pillow \
+  pylatexenc python-dotenv perfetto qwix sentencepiece sympy tensorflow_datasets tqdm \
+  transformers tenacity
+
+$(TUNIX_STAMP): pyproject.toml constraints.txt
+	python3.11 -m venv $(TUNIX_VENV)
+	$(TUNIX_PIP) -e . torch==2.13.0
+	$(TUNIX_PIP) --no-deps google-tunix==0.1.7
+	$(TUNIX_PIP) $(TUNIX_REQUIRES)
+	touch $@
+
+tunix-bench: $(TUNIX_STAMP)
+	$(TUNIX_PY) -m benchmarks.tunix_bench
 
 clean:
 	rm -rf $(VENV) outputs build *.egg-info

@@ -9,6 +9,8 @@ measured in one run.
   GRPO step: measured on CPU, FLOPs at reference size)
 - sampler_bench.py (prefill / decode tokens per second against transformers generate, Qwen2.5-VL
   and Qwen3-VL rows)
+- tunix_bench.py (the sampler against Tunix 0.1.7's Sampler on the same weights, greedy tokens
+  asserted identical; `make tunix-bench` runs it in its own environment, .venv-tunix)
 - loading_bench.py (peak host memory while loading a 580 MB Qwen2.5-VL and a Qwen3-VL-4B-shaped
   8.5 GB checkpoint)
 - rollout_bench.py (compiled multi-turn rollouts against the host loop)
