@@ -22,12 +22,15 @@ from absl import flags
 from recipes import cli
 from data_pipelines.builders import BENCHMARKS, build_benchmark
 
-_BENCHMARK = flags.DEFINE_enum("benchmark", None, sorted(BENCHMARKS), "the benchmark to build")
-_SOURCE = flags.DEFINE_string("source", None, "the benchmark's published files")
+_BENCHMARK = flags.DEFINE_enum("benchmark", None, sorted(BENCHMARKS),
+                               "the benchmark to build (required)")
+_SOURCE = flags.DEFINE_string("source", None, "the folder of the benchmark's published "
+                              "files (required)")
 _DATA_DIR = flags.DEFINE_string("data_dir", "outputs/data", "where the tasks are written")
 _QUESTIONS = flags.DEFINE_string("questions", None, "one question file to build (default: "
                                  "the benchmark's files under --source)")
-_CACHES = flags.DEFINE_string("caches", None, "Think3D caches with manifest.json")
+_CACHES = flags.DEFINE_string("caches", None, "a folder of Think3D caches with manifest.json "
+                              "(default: none: image sets without a point cloud)")
 _SCANS = flags.DEFINE_string("scans", None, "ScanNet scans (default: SOURCE/scans)")
 _WIDTH = flags.DEFINE_integer("width", None, "image width (default: the benchmark's)")
 _HEIGHT = flags.DEFINE_integer("height", None, "image height (default: the benchmark's)")
@@ -39,10 +42,14 @@ flags.mark_flags_as_required(["benchmark", "source"])
 def main(argv) -> None:
   del argv
   start = time.perf_counter()
-  builder = build_benchmark(_BENCHMARK.value, _SOURCE.value, _DATA_DIR.value,
-                            questions=_QUESTIONS.value, caches=_CACHES.value,
-                            scans=_SCANS.value, width=_WIDTH.value, height=_HEIGHT.value,
-                            frames=_FRAMES.value, points=_POINTS.value)
+  cli.need_folder(_SOURCE.value, "source", "give the folder of the benchmark's published "
+                  "files (what each benchmark expects: data_pipelines/builders/"
+                  "spatial_benchmark.py)")
+  with cli.tfds_build(_QUESTIONS.value or _SOURCE.value):
+    builder = build_benchmark(_BENCHMARK.value, _SOURCE.value, _DATA_DIR.value,
+                              questions=_QUESTIONS.value, caches=_CACHES.value,
+                              scans=_SCANS.value, width=_WIDTH.value, height=_HEIGHT.value,
+                              frames=_FRAMES.value, points=_POINTS.value)
   for split, source in builder.as_data_source().items():
     categories = collections.Counter()
     for i in range(len(source)):

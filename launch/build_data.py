@@ -23,7 +23,8 @@ def main(argv) -> None:
   del argv
   start = time.perf_counter()
   builder = SyntheticSpatial(data_dir=_DATA_DIR.value, config=_CONFIG.value)
-  builder.download_and_prepare()
+  with cli.tfds_build("the synthetic scene generator"):
+    builder.download_and_prepare()
   sources = builder.as_data_source()
   for split, source in sources.items():
     questions = sum(len(json.loads(source[i]["questions"])) for i in range(len(source)))

@@ -31,9 +31,10 @@ import recipes
 from recipes import benchmark_command, cli
 from recipes.benchmark_command import BenchmarkOptions
 
-_CHECKPOINT = flags.DEFINE_string("checkpoint", None, "a run's work directory; with "
-                                  "--benchmark, a Hugging Face policy folder")
-_SPLIT = flags.DEFINE_string("split", None, "the split to evaluate")
+_CHECKPOINT = flags.DEFINE_string("checkpoint", None, "a run's work directory (default: "
+                                  "the config's workdir); with --benchmark, a Hugging Face "
+                                  "policy folder")
+_SPLIT = flags.DEFINE_string("split", None, "the split to evaluate (default: the config's)")
 _BEST = flags.DEFINE_bool("best", False, "evaluate the best checkpoint instead of the latest")
 cli.define_flags(BenchmarkOptions)
 
@@ -46,10 +47,13 @@ def main(argv) -> None:
   del argv
   logging.set_verbosity(logging.WARNING)
   if not flags.FLAGS.benchmark:
+    cli.need_run(_CHECKPOINT.value, _CONFIG.value)
     print(json.dumps(recipes.evaluate(_CONFIG.value, _CHECKPOINT.value, _SPLIT.value,
                                       _BEST.value), indent=2))
     return
   options = cli.flag_values(BenchmarkOptions)
+  if _CHECKPOINT.value:
+    cli.need_policy(_CHECKPOINT.value)
   # SIGTERM (a scheduler's stop) as SIGINT: the recorded answers are kept and the results
   # written from them before the run ends.
   signal.signal(signal.SIGTERM, _stop)

@@ -36,7 +36,8 @@ _CHECKPOINT = flags.DEFINE_string("checkpoint", None, "the run's work directory 
                                   "the config's workdir)")
 _STEP = flags.DEFINE_integer("step", None, "the step to export (default: the latest)")
 _BEST = flags.DEFINE_bool("best", False, "export the best RL step instead of the latest")
-_OUT = flags.DEFINE_string("out", None, "the Hugging Face folder to write", required=True)
+_OUT = flags.DEFINE_string("out", None, "the Hugging Face folder to write (required)",
+                           required=True)
 _OVERWRITE = flags.DEFINE_bool("overwrite", False, "replace an existing model folder at --out")
 
 
@@ -46,6 +47,7 @@ def main(argv) -> None:
   if _BEST.value and _STEP.value is not None:
     raise app.UsageError("--best and --step: choose one")
   try:
+    cli.need_run(_CHECKPOINT.value, _CONFIG.value)
     exported = export_checkpoint(_CONFIG.value, _OUT.value, checkpoint=_CHECKPOINT.value,
                                  step=_STEP.value, best=_BEST.value,
                                  overwrite=_OVERWRITE.value)

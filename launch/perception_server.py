@@ -38,8 +38,8 @@ _TOOLS = flags.DEFINE_list("tools", ["echo"], "tool families ("
                            + ", ".join(sorted(service.TOOL_FACTORIES))
                            + ") or public perception tool names (text_ocr, auto_segment, ...) "
                            "to serve")
-_MAX_CONCURRENT = flags.DEFINE_integer("max_concurrent", None, "tool calls running at once "
-                                      "(the rest wait; default one per request, 1 for a "
+_MAX_CONCURRENT = flags.DEFINE_integer("max_concurrent", None, "tool calls running at once, "
+                                      "the rest waiting (default: one per request; 1 for a "
                                       "backend that is not thread-safe)", lower_bound=1)
 _MAX_CONNECTIONS = flags.DEFINE_integer("max_connections", 1024, "open connections at most "
                                         "(more get 503)", lower_bound=1)

@@ -21,13 +21,15 @@ from recipes import cli
 from data_pipelines import scene_caches
 
 _BENCHMARK = flags.DEFINE_enum("benchmark", None, sorted(scene_caches.BENCHMARKS),
-                               "the benchmark whose image sets are reconstructed")
-_QUESTIONS = flags.DEFINE_string("questions", None, "the benchmark's question file")
+                               "the benchmark whose image sets are reconstructed (required)")
+_QUESTIONS = flags.DEFINE_string("questions", None, "the benchmark's question file "
+                                 "(required)")
 _ROOT = flags.DEFINE_string("root", None, "the images' folder (default: the question "
                             "file's)")
-_OUT = flags.DEFINE_string("out", None, "the cache folder")
+_OUT = flags.DEFINE_string("out", None, "the cache folder (required)")
 _BACKEND = flags.DEFINE_enum("backend", "pi3", ["pi3", "vggt", "da3"], "the reconstructor")
-_CHECKPOINT = flags.DEFINE_string("checkpoint", None, "a local checkpoint file or folder")
+_CHECKPOINT = flags.DEFINE_string("checkpoint", None, "the backend's local checkpoint file or "
+                                  "folder (required)")
 _DEVICE = flags.DEFINE_string("device", "cpu", "torch device, e.g. cuda")
 _ON_ERROR = flags.DEFINE_enum("on_error", "raise", list(scene_caches.ON_ERROR),
                               "an image set that fails: stop the run, or record it and go on")

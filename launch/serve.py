@@ -33,21 +33,21 @@ from absl import app, flags
 from recipes import cli
 from jaxspatial.serving import load_server
 
-_CHECKPOINT = flags.DEFINE_string("checkpoint", None, "the policy's Hugging Face folder",
-                                  required=True)
+_CHECKPOINT = flags.DEFINE_string("checkpoint", None, "the policy's Hugging Face folder "
+                                  "(required)", required=True)
 _HOST = flags.DEFINE_string("host", "127.0.0.1", "the address to listen on")
 _PORT = flags.DEFINE_integer("port", 8000, "the port (0: a free one)")
 _NAME = flags.DEFINE_string("name", None, "the served model's name (default: the folder's)")
 _MAX_BATCH = flags.DEFINE_integer("max_batch", 8, "decode slots: requests generated at once "
                                   "(continuous batching: a freed slot takes the next request)")
-_MAX_CONTEXT = flags.DEFINE_integer("max_context", None, "a slot's tokens, prompt and reply "
-                                    "(each slot's KV cache holds them; default the model's "
+_MAX_CONTEXT = flags.DEFINE_integer("max_context", None, "a slot's tokens, prompt and reply, "
+                                    "which its KV cache holds (default: the model's "
                                     "context, at most 8192)")
 _DECODE_STEPS = flags.DEFINE_integer("decode_steps", 4, "decode steps per program call (a "
                                      "finished request's slot frees at the call's end)")
 _PREFILL_GB = flags.DEFINE_float("prefill_memory_gb", None, "device memory one prompt's "
-                                  "prefill may take; a prompt needing more gets 400 (default "
-                                  "on an accelerator: 90% of what the weights and the slots "
+                                  "prefill may take; a prompt needing more gets 400 (default: "
+                                  "on an accelerator 90% of what the weights and the slots "
                                   "leave; on a CPU unchecked)")
 _MAX_CONNECTIONS = flags.DEFINE_integer("max_connections", 1024, "open connections at most "
                                         "(more get 503)")
@@ -62,7 +62,8 @@ _DTYPE = flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "paramet
 _CHAT = flags.DEFINE_enum("chat_format", "auto", ["auto", "instruct", "thinking"],
                           "how a reply opens when the folder has no chat template")
 _KEY_ENV = flags.DEFINE_string("api_key_env", None, "an environment variable holding the "
-                               "key clients must send as 'Authorization: Bearer KEY'")
+                               "key clients must send as 'Authorization: Bearer KEY' (default: "
+                               "none: no key asked)")
 
 
 def main(argv) -> None:
@@ -75,6 +76,7 @@ def main(argv) -> None:
     if not key:
       raise app.UsageError(f"--api_key_env: ${_KEY_ENV.value} is not set")
   try:
+    cli.need_policy(_CHECKPOINT.value)
     server = load_server(_CHECKPOINT.value, _HOST.value, _PORT.value, _NAME.value,
                          max_batch=_MAX_BATCH.value, max_context=_MAX_CONTEXT.value,
                          decode_steps=_DECODE_STEPS.value, chat_format=_CHAT.value, dtype=_DTYPE.value,

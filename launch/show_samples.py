@@ -19,7 +19,7 @@ from data_pipelines.synthetic import RIGS, SampleConfig, make_sample
 
 LINE = 13
 _SPLIT = flags.DEFINE_string("split", "train", "the split the samples are drawn from")
-_COUNT = flags.DEFINE_integer("count", 6, "how many samples")
+_COUNT = flags.DEFINE_integer("count", 6, "how many samples", lower_bound=1)
 _OUT = flags.DEFINE_string("out", "outputs/samples.png", "the PNG to write")
 
 

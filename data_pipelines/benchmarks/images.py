@@ -32,7 +32,9 @@ Open questions (ChartQA, VSI-Bench's numeric types) have options [] and answer =
 answer_text = the reference. A question's text may take `MAX_QUESTION_BYTES` UTF-8 bytes,
 an answer (letter, option text, reference) `MAX_ANSWER_BYTES`; more is a
 `BenchmarkFormatError` naming the file, row, id and field. Every question is checked
-before the first scene is yielded.
+before the first scene is yielded, and so is every image file: one missing is a
+`MissingImageError`, several a `MissingImagesError` with their count and the first ten
+(file, row, id, path), so one build reports them all.
 
 VSI-Bench frames (Think3D's protocol: 7 frames per video): with N the video's frame count,
 frame k of `frames` is frame floor(t_k + 0.5), t = numpy.linspace(0, N - 1, frames) (the
@@ -60,7 +62,7 @@ from data_pipelines.caches import CacheFormatError, read_think3d_cache
 from data_pipelines.readers.blink import read_blink
 from data_pipelines.readers.chartqa import read_chartqa
 from data_pipelines.readers.common import (OPTION_LETTERS, BenchmarkFormatError,
-                                           BenchmarkQuestion, MissingImageError,
+                                           BenchmarkQuestion, MissingImageError, check_file,
                                            read_json_rows)
 from data_pipelines.readers.hrbench import read_hrbench
 from data_pipelines.readers.mindcube import read_mindcube
@@ -76,6 +78,30 @@ VSI_FRAMES = 7
 
 class SceneCacheError(errors.InputError):
   """An image set without a usable Think3D cache in the caches folder."""
+
+
+class MissingImagesError(MissingImageError):
+  """Several images the questions refer to are not on disk: `missing` holds each one's
+  MissingImageError (the first question naming it), the message their count and the first
+  `SHOWN`; the fields of MissingImageError are the first one's."""
+
+  SHOWN = 10
+
+  def __init__(self, missing: list[MissingImageError], questions: int):
+    self.missing, self.questions = list(missing), questions
+    first = self.missing[0]
+    self.path, self.row, self.record_id, self.image = (first.path, first.row,
+                                                       first.record_id, first.image)
+    files = list(dict.fromkeys(m.path for m in self.missing))
+    lines = [(f"{m.path}: " if len(files) > 1 else "") + f"row {m.row} (id {m.record_id!r}):"
+             f" {m.image}" for m in self.missing[:self.SHOWN]]
+    errors.MissingInputError.__init__(
+        self, f"{', '.join(files)}: {len(self.missing)} images not found, named by "
+        f"{questions} questions (restore the files or fix the rows' paths); the first "
+        f"{len(lines)}:\n" + "\n".join(f"  {line}" for line in lines))
+
+  def __reduce__(self):
+    return type(self), (self.missing, self.questions)
 
 
 # -- where a question came from ------------------------------------------------------------
@@ -152,6 +178,32 @@ def _options_block(question: BenchmarkQuestion) -> str:
 
 
 # -- images --------------------------------------------------------------------------------
+
+def _check_images(source: _Source, questions: list[BenchmarkQuestion]) -> None:
+  """Every question's image files on disk, each looked up once: one missing is its
+  MissingImageError, several one MissingImagesError; a directory or a device in place of
+  an image is check_file's BenchmarkFormatError at once."""
+  missing: dict[str, MissingImageError] = {}
+  found: set[str] = set()
+  naming = 0  # questions that name a missing image
+  for question in questions:
+    lacks = False
+    for k, image in enumerate(question.images):
+      if image not in found and image not in missing:
+        file, row = source.locate(question)
+        try:
+          check_file(file, row, question.question_id, source.image.format(k=k, n=k + 1),
+                     image)
+          found.add(image)
+        except MissingImageError as error:
+          missing[image] = error
+      lacks = lacks or image in missing
+    naming += lacks
+  if len(missing) == 1:
+    raise next(iter(missing.values()))
+  if missing:
+    raise MissingImagesError(list(missing.values()), naming)
+
 
 class _Views:
   """Letterboxed views, the last few kept (consecutive sets often share images)."""
@@ -298,11 +350,13 @@ def mindcube_scenes(questions_path, image_root, *, benchmark: str = "mindcube",
                     caches=None) -> Iterator[BenchmarkScene]:
   """MindCube or MindCube-Tiny (one format; `benchmark` names which): images under
   `image_root` at the paths the rows give; category the setting (among / around /
-  rotation). A missing image is a MissingImageError naming its path."""
+  rotation). A missing image is a MissingImageError naming its path, several a
+  MissingImagesError naming the first ten."""
   _Views(width, height)  # checks the size before any reading
-  questions = read_mindcube(questions_path, image_root=str(image_root), check_images=True)
+  questions = read_mindcube(questions_path, image_root=str(image_root), check_images=False)
   source = _Source(questions_path, "id", read_json_rows, answer="gt_answer",
                    options="question")
+  _check_images(source, questions)
   groups: dict = {}
   for order, question in enumerate(questions):
     record = _record(source, question, question.question, len(question.images), order=order)
@@ -330,8 +384,9 @@ def blink_scenes(path, image_root=None, *, benchmark: str | None = None,
     benchmark = "blink_mv" if sub_task == "Multi-view_Reasoning" else "blink"
   _Views(width, height)
   root = pathlib.Path(path).parent if image_root is None else pathlib.Path(image_root)
-  questions = read_blink(path, image_root=str(root), check_images=True, sub_task=sub_task)
+  questions = read_blink(path, image_root=str(root), check_images=False, sub_task=sub_task)
   source = _Source(path, "idx", options="choices", images="image_1", image="image_{n}")
+  _check_images(source, questions)
   files: dict = {}
   embedded: dict = {}
   for order, question in enumerate(questions):
@@ -466,9 +521,10 @@ def chartqa_scenes(root, split: str = "test", *, benchmark: str = "chartqa",
   questions share it); category the part. Cache image lists are
   ["<split>/png/<imgname>"], relative to `root`."""
   _Views(width, height)
-  questions = read_chartqa(root, split=split, check_images=True)
+  questions = read_chartqa(root, split=split, check_images=False)
   source = _Source(root, None, answer="label", options="label", images="imgname",
                    image="imgname")
+  _check_images(source, questions)
   groups: dict = {}
   for order, question in enumerate(questions):
     record = _record(source, question, question.question, 1, "query", order=order)
