@@ -48,7 +48,7 @@ system-deps:
 # policy (SFT on a scripted explorer, GRPO, evaluation against first-view answers).
 demo: $(RUNTIME_STAMP) system-deps
 	$(PY) -m launch.build_data --config tiny --data_dir outputs/data
-	$(PY) -m launch.show_samples --count 6 --out outputs/samples.png
+	$(PY) -m launch.show_samples --data_dir outputs/data --count 6 --out outputs/samples.png
 	$(PY) -m launch.render_demo --config configs/render_demo.py
 	$(PY) -m launch.train --config configs/demo.py --config.workdir=outputs/demo
 

@@ -141,3 +141,43 @@ def test_questions_carry_every_annotated_answer():
     loader.answer_rows({"question": "q", "answers": ["a"] * 5}, 7)
   with pytest.raises(ValueError, match="more than the padded length 128"):
     loader.answer_rows({"question": "q", "answers": ["x" * 129]}, 7)
+
+
+def test_the_sample_sheet_shows_every_view_numbered_and_every_option_whole(tiny, tmp_path):
+  from PIL import Image  # pylint: disable=import-outside-toplevel
+  from data_pipelines.sample_sheet import sample_sheet  # pylint: disable=import-outside-toplevel
+  from data_pipelines.readers import parse_options  # pylint: disable=import-outside-toplevel
+  source = tiny.as_data_source()["train"]
+  examples = [source[i] for i in range(3)]
+  sheet, layouts = sample_sheet(examples)
+  for example, layout in zip(examples, layouts):
+    # Every stored view is on the sheet, pixel for pixel (upscaled by a whole factor).
+    assert len(layout.views) == len(example["images"])
+    for box, image in zip(layout.views, example["images"]):
+      tile = np.asarray(sheet.crop(box))
+      scale = tile.shape[1] // image.shape[1]
+      np.testing.assert_array_equal(tile, np.repeat(np.repeat(image, scale, 0), scale, 1))
+    # Each option starts a line of its own; a question's views exist on the sheet.
+    for q in json.loads(example["questions"]):
+      _, options = parse_options(q["question"])
+      starts = [line.strip() for line in layout.lines]
+      for letter, option in zip("ABCDEF", options):
+        assert any(line.startswith(f"{letter}. {option}"[:40]) for line in starts), option
+      for word, number in zip(q["question"].split(), q["question"].split()[1:]):
+        if word == "view" and number.strip(",?").isdigit():
+          assert int(number.strip(",?")) <= len(layout.views), q["question"]
+  sheet.save(tmp_path / "samples.png")
+  assert Image.open(tmp_path / "samples.png").size == sheet.size
+
+
+def test_show_samples_draws_the_built_dataset_and_exits_zero(tiny, tmp_path):
+  """absl passes main's return value to sys.exit: a main returning anything but None fails."""
+  import subprocess  # pylint: disable=import-outside-toplevel
+  import sys  # pylint: disable=import-outside-toplevel
+  root = pathlib.Path(__file__).resolve().parents[2]
+  done = subprocess.run(
+      [sys.executable, "-m", "launch.show_samples", "--data_dir",
+       str(tiny.data_path.parents[2]), "--count", "2", "--out", str(tmp_path / "s.png")],
+      cwd=root, capture_output=True, text=True, timeout=300)
+  assert done.returncode == 0, done.stderr[-2000:]
+  assert (tmp_path / "s.png").stat().st_size > 0 and "2 scenes of" in done.stdout
