@@ -1,8 +1,8 @@
 r"""Compiled Act3D rollouts of the tiny random policy: viewer and profiler.
 
     python -m launch.show_rollouts --config configs/rollout_demo.py
-    python -m launch.profile_rollout --config configs/rollout_demo.py --config.batch=32 \
-        --config.trace_dir=outputs/rollout_trace
+    python -m launch.profile_rollout --config configs/rollout_demo.py --config.batch=32
+    xprof server --logdir outputs/rollout_trace --port 8791   (its trace; dev install)
 
 Cost: about 30 s on a 2-core CPU (20 s of it compiling); no accelerator. A random policy
 rarely writes a valid call, so `scripted=True` forces the first turns' tool calls (the
@@ -27,6 +27,6 @@ def get_config() -> ml_collections.ConfigDict:
   c.batch = 4
   c.scripted = True
   c.out = "outputs/rollouts.html"
-  c.trace_dir = ""           # profile_rollout: write a jax.profiler trace here
+  c.trace_dir = "outputs/rollout_trace"  # profile_rollout's jax.profiler trace ("": none)
   c.repeats = 3
   return c

@@ -1,9 +1,10 @@
 """Compiles a rollout for a config and reports what XLA made of it: compile time, the
 compiled program's cost analysis (FLOPs, bytes accessed) and memory analysis, run time per
-episode; optionally a `jax.profiler` trace for TensorBoard / XProf.
+episode, and a `jax.profiler` trace (default outputs/rollout_trace; `--config.trace_dir=` none).
 
     python -m launch.profile_rollout --config configs/rollout_demo.py \
         [--config.batch=32] [--config.trace_dir=outputs/rollout_trace]
+    xprof server --logdir outputs/rollout_trace --port 8791   (its trace, written by default)
 
 Cost analysis counts each loop body once (XLA does not know trip counts), so FLOPs are
 per decode step and per turn body, not per episode.

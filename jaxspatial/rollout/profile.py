@@ -1,6 +1,6 @@
 """What XLA made of a jitted program: trace + lower and compile times, the compiled
 program's cost analysis (FLOPs, bytes accessed) and memory analysis, the best run time, and
-optionally a `jax.profiler` trace for TensorBoard / XProf.
+a `jax.profiler` trace when given a folder (view it with `xprof server --logdir DIR`).
 
 Cost analysis counts each loop body once (XLA does not know trip counts): for a rollout the
 FLOPs are per decode step and per turn body, not per episode.
@@ -30,6 +30,8 @@ def profile_compiled(fn, args, repeats: int = 3, trace_dir: str | None = None,
   compile_s, flops and bytes_accessed (when the backend reports them), the MEMORY_FIELDS,
   and run_s, the best of `repeats` runs after a warm-up."""
   say = print if verbose else (lambda *_: None)
+  say("tracing and compiling (tens of seconds to minutes; nothing runs meanwhile) ...",
+      flush=True)
   start = time.perf_counter()
   lowered = jax.jit(fn).lower(*args)
   lowered_s = time.perf_counter() - start
@@ -52,6 +54,7 @@ def profile_compiled(fn, args, repeats: int = 3, trace_dir: str | None = None,
       if value is not None:
         say(f"  {name.replace('_in_bytes', '')}: {format_bytes(value)}")
         report[name] = value
+  say(f"running: a warm-up and {max(repeats, 1)} timed run(s) ...", flush=True)
   out = jax.block_until_ready(compiled(*args))
   times = []
   for _ in range(max(repeats, 1)):
@@ -62,5 +65,6 @@ def profile_compiled(fn, args, repeats: int = 3, trace_dir: str | None = None,
   if trace_dir:
     with jax.profiler.trace(trace_dir):
       jax.block_until_ready(compiled(*args))
-    say(f"profiler trace: {trace_dir} (tensorboard --logdir {trace_dir})")
+    say(f"profiler trace: {trace_dir}; to view it: xprof server --logdir {trace_dir} --port 8791 "
+        "(the dev install has xprof), then open http://localhost:8791 in a browser")
   return report, out
