@@ -48,6 +48,8 @@ def main(argv) -> None:
   logging.set_verbosity(logging.WARNING)
   if not flags.FLAGS.benchmark:
     cli.need_run(_CHECKPOINT.value, _CONFIG.value)
+    print("restoring the run and compiling its evaluation (a minute or more on a CPU) ...",
+          file=sys.stderr, flush=True)
     print(json.dumps(recipes.evaluate(_CONFIG.value, _CHECKPOINT.value, _SPLIT.value,
                                       _BEST.value), indent=2))
     return

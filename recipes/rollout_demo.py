@@ -75,6 +75,8 @@ def show(c) -> epath.Path:
   the agent saw, the parsed actions, the rewards."""
   s = build(c)
   rollout = episode.compile_rollout(s.agent, s.template, s.config)
+  print(f"compiling and running {c.batch} rollouts (about 30 s on a 2-core CPU) ...",
+        flush=True)
   start = time.perf_counter()
   trajectory = jax.block_until_ready(rollout(
       s.model, s.automaton, s.tasks, s.prompt_ids, s.prompt_mask, jax.random.PRNGKey(c.seed),
