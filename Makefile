@@ -68,8 +68,8 @@ recipes: $(RUNTIME_STAMP) system-deps
 
 # Two pytest workers (pytest-xdist), whole files per worker: module fixtures stay shared.
 # The first pass compiles at XLA's -O0 (tests/conftest.py); the second runs the `xla_default`
-# tests, which compare two programs bit for bit, at XLA's default. On 2 CPU cores: 1,195
-# tests in 10m04s + 41 s on a clean clone at 5e90350 (12m25s with the install; before -O0,
+# tests, which compare two programs bit for bit, at XLA's default. On 2 CPU cores: 1,284
+# tests in 12m13s + 49 s on a clean clone at fcb6fa8 (15m19s with the install; before -O0,
 # 1,180 tests took 20-29 minutes); CI's budget is 25 minutes, see tests/__init__.py: trim
 # before adding; the 30 slowest are printed. The heaviest directories are collected first
 # so both workers finish together. A test past ~20 s goes to slow-tests.

@@ -33,7 +33,7 @@ from jaxspatial.rollout.contract import on_device
 from jaxspatial.rollout.viewer import trajectory_html
 from jaxspatial.train import (Experiment, ExportedPolicy, OptimizerConfig, Phase, RolloutBatch,
                               StepConfig, TrainBatch, trainable)
-from recipes.common import grpo_phase
+from recipes.common import grpo_phase, my_rows
 
 
 def load_policy(c):
@@ -510,7 +510,8 @@ class AgentRecipe(Experiment):
       number = c.sft.steps + step + 1
       (epath.Path(c.workdir) / f"rollouts_train_{number:05d}.html").write_text(
           trajectory_html(jax.tree.map(local_rows, traj), self.tokenizer,
-                          self.run.automaton.grammar, title=f"{c.name} step {number}"))
+                          self.run.automaton.grammar, title=f"{c.name} step {number}",
+                          tasks=jax.tree.map(lambda x: x[my_rows(len(x))], tasks)))
     return RolloutBatch(TrainBatch.from_trajectory(traj), rewards, traj, metrics)
 
   def accuracy(self, split: str) -> dict:

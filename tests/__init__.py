@@ -28,8 +28,8 @@ thinker3d`); pyproject's addopts exclude both markers. Latest: 1,180 tests in 29
 install) on a slow day (the golden test took 134 s against 91 s before, the Qwen3.5
 rollout-vs-host test 98 s against 74 s: about 1.4x); that Qwen3.5 test then moved to
 slow-tests. Since 5e90350 the suite compiles at XLA's -O0 (conftest.py; the `xla_default`
-tests run in a second pass at the default): 1,195 tests in 10m04s + 41 s of pytest on a
-clean clone (12m25s with the install). The heaviest files are collected first so the two
-workers finish together.
+tests run in a second pass at the default): 1,284 tests in 12m13s + 49 s of pytest on a
+clean clone at fcb6fa8 (15m19s with the install). The heaviest files are collected first so
+the two workers finish together.
 """
 

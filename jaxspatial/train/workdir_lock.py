@@ -109,10 +109,12 @@ class WorkdirLock:
     self.lease_s, self.heartbeat_s = lease_s, heartbeat_s
     self._fd = None
     self._record = None
+    self._made = False
     self._stop = threading.Event()
     self._beat = None
 
   def acquire(self) -> None:
+    self._made = not self.workdir.exists()
     self.workdir.mkdir(parents=True, exist_ok=True)
     (self._take_lease if self.lease else self._take_flock)()
 
@@ -166,6 +168,19 @@ class WorkdirLock:
                                   name="workdir-lease")
     self._beat.start()
 
+  def _remove_if_unused(self) -> None:
+    """A folder this lock made that holds nothing but the lock file (a run that stopped
+    before writing, e.g. on a missing flag) goes, so a failed launch leaves nothing behind.
+    Unlinked while still locked: a run that opened the old file fails to lock it."""
+    if not self._made:
+      return
+    try:
+      if [p.name for p in self.workdir.iterdir()] == [LOCK_FILE]:
+        (self.workdir / LOCK_FILE).unlink()
+        self.workdir.rmdir()
+    except OSError:  # something appeared meanwhile: it stays
+      pass
+
   def _heartbeat(self, path) -> None:
     while not self._stop.wait(self.heartbeat_s):
       self._record["heartbeat"] = time.time()
@@ -187,6 +202,7 @@ class WorkdirLock:
       return
     if self._fd is not None:
       os.ftruncate(self._fd, 0)  # empty: released cleanly (a record left means a crash)
+      self._remove_if_unused()
       fcntl.flock(self._fd, fcntl.LOCK_UN)
       os.close(self._fd)
       self._fd = None

@@ -59,6 +59,21 @@ def test_a_second_run_stops_naming_the_holder_and_a_dead_holders_lock_is_taken_o
   assert "taking over" not in capsys.readouterr().out
 
 
+def test_a_run_that_stops_before_writing_leaves_no_work_directory(tmp_path):
+  """A launch that fails on its input (a missing flag) made the folder only to lock it: it
+  goes with the lock; one that wrote anything, or that existed before, stays."""
+  with hold_workdir(tmp_path / "new" / "run"):
+    pass
+  assert not (tmp_path / "new" / "run").exists()
+  with hold_workdir(tmp_path / "wrote"):
+    (tmp_path / "wrote" / "metrics.jsonl").write_text("{}\n")
+  assert sorted(p.name for p in (tmp_path / "wrote").iterdir()) == [LOCK_FILE, "metrics.jsonl"]
+  (tmp_path / "before").mkdir()
+  with hold_workdir(tmp_path / "before"):
+    pass
+  assert (tmp_path / "before").is_dir()
+
+
 def test_a_lease_is_refused_while_it_beats_and_taken_over_once_stale(tmp_path, capsys):
   other = {"host": "trainer-7", "pid": 4242, "token": "theirs", "started": time.time() - 60,
            "heartbeat": time.time() - 5, "command": "python -m launch.train"}
