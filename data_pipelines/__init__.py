@@ -35,6 +35,8 @@ Modules:
   questions per scene: the synthetic set's 384 / 4 x 128 / 4 / 16, the benchmarks' 1024 / 10 x
   192 / 32 / 512); benchmark records (`benchmark` set) name a category per question instead of a
   family, may have an empty cloud (geometry "none"), and give meta question_id / category
+- sample_sheet.py: a PNG of built records (every view framed and numbered, the questions with
+  one option per line), what launch.show_samples writes
 - readers/ MindCube, ScanQA, BLINK, VSI-Bench, SQA3D, ChartQA, HR-Bench in their published formats;
   scannet.py: read_scan (ScanNet v2's vh_clean_2.ply, segs.json, aggregation.json,
   axisAlignment; ScanFormatError / MissingScanError naming file and field)

@@ -26,7 +26,8 @@ import sys
 from typing import Iterator
 
 from data_pipelines.readers.common import (OPTION_LETTERS, BenchmarkFormatError,
-                                           BenchmarkQuestion, QuestionIds)
+                                           BenchmarkQuestion, QuestionIds,
+                                           check_options)
 from data_pipelines.readers.tables import read_table_rows
 
 REQUIRED = ("index", "question", "answer", "category", "image")
@@ -169,9 +170,7 @@ def read_hrbench(path, benchmark: str = "hrbench") -> list[BenchmarkQuestion]:
       raise BenchmarkFormatError(path, row, index, later[0],
                                  f"option {later[0]} follows the empty option "
                                  f"{OPTION_LETTERS[len(options)]}")
-    if len(options) < 2:
-      raise BenchmarkFormatError(path, row, index, OPTION_LETTERS[len(options)],
-                                 f"expected at least two options, got {len(options)}")
+    check_options(path, row, index, OPTION_LETTERS[min(len(options), 5)], options)
     if answer not in OPTION_LETTERS[:len(options)]:
       raise BenchmarkFormatError(path, row, index, "answer",
                                  f"expected one of the option letters "

@@ -29,7 +29,7 @@ def profile_compiled(fn, args, repeats: int = 3, trace_dir: str | None = None,
   """(report, the last run's output) for `jax.jit(fn)(*args)`. The report holds lower_s,
   compile_s, flops and bytes_accessed (when the backend reports them), the MEMORY_FIELDS,
   and run_s, the best of `repeats` runs after a warm-up."""
-  say = print if verbose else (lambda *_: None)
+  say = print if verbose else (lambda *_, **__: None)
   say("tracing and compiling (tens of seconds to minutes; nothing runs meanwhile) ...",
       flush=True)
   start = time.perf_counter()

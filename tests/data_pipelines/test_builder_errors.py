@@ -199,3 +199,18 @@ def test_hrbench_and_sqa3d_name_bytes_that_are_not_utf8(tmp_path):
   with pytest.raises(BenchmarkFormatError) as error:
     read_sqa3d(tmp_path / "questions.json", annotations)
   refused(error, annotations, 0, None, "<file>", "not UTF-8", "0xc0", "line 2")
+
+
+def test_hrbench_with_one_option_names_the_missing_column(tmp_path):
+  from data_pipelines.readers import read_hrbench  # pylint: disable=import-outside-toplevel
+  import base64  # pylint: disable=import-outside-toplevel
+  import io  # pylint: disable=import-outside-toplevel
+  png = io.BytesIO()
+  Image.fromarray(np.full((32, 32, 3), 90, np.uint8)).save(png, "PNG")
+  picture = base64.b64encode(png.getvalue()).decode()
+  tsv = tmp_path / "hr_bench_4k.tsv"
+  tsv.write_text("index\tquestion\tanswer\tcategory\timage\tA\tB\n"
+                 f"1\tWhich?\tA\tsingle\t{picture}\tleft\t\n")
+  with pytest.raises(BenchmarkFormatError) as error:
+    read_hrbench(tsv)
+  refused(error, tsv, 1, "1", "B", "1 option", "at least two")
