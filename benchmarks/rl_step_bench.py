@@ -4,11 +4,16 @@ once (`rl.share_prompts`, the default) against every row prefilling its own copy
 earlier path), in one run: rollout seconds, bytes copied to the host, step seconds.
 
     python -m benchmarks.rl_step_bench [--recipes think3d_rl act3d_grpo peria_or_gigpo]
-        [--steps 3]
+        [--steps 3] [--pairs 9]
 
-Cost on a 2-core CPU: about 6 minutes, most of it compiling (two rollout programs per
-recipe). The steps alternate between the two paths (medians over `--steps` each, after one
-warm-up step of each). Host bytes: what the step copied off the device through
+Cost on a 2-core CPU: about 7 minutes, most of it compiling (two rollout programs per
+recipe). Rollout: the two paths on one task batch, one key and one policy (the rollout of
+`rl_step`: the compiled episodes and their rewards), in `--pairs` interleaved pairs, the
+order alternating; the speed-up is the median of the pairs' ratios. Step: whole steps
+alternating between the paths (medians over `--steps` each, after one warm-up step of
+each); each step updates the policy the next one samples, so the two paths' steps sample
+different policies, and a rollout right after an update runs slower on this machine (tens
+of milliseconds, either path). Host bytes: what the step copied off the device through
 `jaxspatial.models.sharding.local_rows` (host rewards, snapshots; the metrics' scalars
 aside), against the whole trajectory (what the step copied before `HostRows`). The
 policies are the recipes' untrained tiny ones; the rollout does the same work per slot
@@ -25,6 +30,7 @@ import tempfile
 import time
 
 import jax
+import numpy as np
 from absl import logging
 
 from benchmarks.rl_setup import rl_phase
@@ -55,7 +61,30 @@ def counting_host_copies(counter: list):
       module.local_rows = original
 
 
-def bench_recipe(name: str, steps: int, data_dir: str) -> dict:
+def rollout_pairs(experiment, c, module, mesh, key, pairs: int) -> dict:
+  """Seconds of the step's rollout (compiled episodes and their rewards) on one task batch
+  for each path, in interleaved pairs (the order alternating), and the pairs' ratios."""
+  group = c.advantage.group_size
+  tasks, _ = next(experiment.data_iterator)
+  tasks = jax.tree.map(lambda x: np.repeat(x, group, axis=0), tasks)
+
+  def seconds(shared):
+    started = time.perf_counter()
+    traj = experiment.run(module, tasks, key, mesh=mesh, group=group if shared else 1)
+    jax.block_until_ready((traj, experiment.rewards(traj, tasks)))
+    return time.perf_counter() - started
+
+  times = {path: [] for path in PATHS}
+  for pair in range(pairs):
+    order = list(PATHS.items()) if pair % 2 else list(PATHS.items())[::-1]
+    for path, shared in order:
+      times[path].append(seconds(shared))
+  ratios = [row / shared for row, shared in zip(times["per row"], times["shared"])]
+  return {path: statistics.median(t) for path, t in times.items()} | {
+      "speed-up": statistics.median(ratios)}
+
+
+def bench_recipe(name: str, steps: int, pairs: int, data_dir: str) -> dict:
   c = importlib.import_module(f"configs.{name}").get_config("cpu")
   c.workdir = tempfile.mkdtemp(prefix=f"rl_step_{name}_")
   c.data.data_dir = data_dir
@@ -82,7 +111,9 @@ def bench_recipe(name: str, steps: int, data_dir: str) -> dict:
   out = experiment.rollout(phase, 0, key)
   trajectory_bytes = sum(x.nbytes for x in jax.tree.leaves(out.trajectory))
   group = c.advantage.group_size
+  rollouts = rollout_pairs(experiment, c, module, mesh, key, pairs)
   return dict(name=name, episodes=f"{c.rl.prompts} x {group}", trajectory=trajectory_bytes,
+              rollouts=rollouts,
               **{path: {k: (statistics.median(v) if isinstance(v, list) else v)
                         for k, v in r.items()} for path, r in results.items()})
 
@@ -92,21 +123,26 @@ def main():
   parser.add_argument("--recipes", nargs="+",
                       default=["think3d_rl", "act3d_grpo", "peria_or_gigpo"])
   parser.add_argument("--steps", type=int, default=3, help="timed steps of each path")
+  parser.add_argument("--pairs", type=int, default=9,
+                      help="interleaved rollout pairs on one batch and policy")
   args = parser.parse_args()
   logging.set_verbosity(logging.WARNING)
   data_dir = tempfile.mkdtemp(prefix="rl_step_data_")
   rows = []
   for name in args.recipes:
     print(f"{name}: building and compiling ...", flush=True)
-    rows.append(bench_recipe(name, args.steps, data_dir))
-  print(f"device: {jax.devices()[0].device_kind}; medians of {args.steps} steps per path")
+    rows.append(bench_recipe(name, args.steps, args.pairs, data_dir))
+  print(f"device: {jax.devices()[0].device_kind}; rollouts: medians of {args.pairs} "
+        f"interleaved pairs; steps: medians of {args.steps} per path")
   print(f"{'recipe':>15} | {'episodes':>8} | {'rollout s (row / shared)':>24} | speed-up | "
-        f"{'step s (row / shared)':>21} | host bytes (whole traj. / copied)")
+        f"{'step s (row / shared)':>21} | {'its rollout s':>13} | "
+        "host bytes (whole traj. / copied)")
   for r in rows:
-    old, new = r["per row"], r["shared"]
-    print(f"{r['name']:>15} | {r['episodes']:>8} | {old['rollout']:11.3f} / {new['rollout']:10.3f}"
-          f" | {old['rollout'] / new['rollout']:7.2f}x | {old['step']:9.3f} / {new['step']:9.3f}"
-          f" | {r['trajectory']:,} / {int(new['host']):,}")
+    old, new, pair = r["per row"], r["shared"], r["rollouts"]
+    print(f"{r['name']:>15} | {r['episodes']:>8} | {pair['per row']:11.3f} / "
+          f"{pair['shared']:10.3f} | {pair['speed-up']:7.2f}x | {old['step']:9.3f} / "
+          f"{new['step']:9.3f} | {old['rollout']:.3f} / {new['rollout']:.3f} | "
+          f"{r['trajectory']:,} / {int(new['host']):,}")
 
 
 if __name__ == "__main__":
