@@ -28,7 +28,10 @@ def get_config() -> ml_collections.ConfigDict:
                  # the dtype policy (jaxspatial.models.precision): float32 on a CPU
                  dtype="float32", param_dtype="float32", cache_dtype="float32",
                  attention="auto", remat=False)
-  c.scene = dict(width=56, height=56, hfov_deg=90.0, points=6000, turn_step_deg=90.0)
+  # splat_radius 2 (5x5 splats): at 3x3 the floor's far band shows the background through
+  # its gaps at 56x56 and 6,000 points.
+  c.scene = dict(width=56, height=56, hfov_deg=90.0, points=6000, turn_step_deg=90.0,
+                 splat_radius=2)
   c.data = dict(train_tasks=480, test_tasks=240, sft_trajectories=384)
   c.rollout = dict(max_turns=2, max_turn_tokens=40, temperature=1.0)   # RolloutConfig
   # The phases; `optimizer` is jaxspatial.train.OptimizerConfig (total_steps: the phase's).

@@ -92,7 +92,8 @@ class LookAround(Experiment):
     s = c.scene
     agent = agents.Act3DAgent(act3d.Act3DParams(
         width=s.width, height=s.height, hfov_deg=s.hfov_deg, turn_step_deg=s.turn_step_deg,
-        grounding_min_pixels=5, max_interactions=c.rollout.max_turns - 1))
+        splat_radius=s.splat_radius, grounding_min_pixels=5,
+        max_interactions=c.rollout.max_turns - 1))
     self.run = AgentRollout.create(agent, self.tokenizer, self.model,
                                    cache_dtype=Precision.from_config(c.model).cache_dtype,
                                    **c.rollout)
