@@ -16,7 +16,8 @@ measured in one run.
 - rollout_bench.py (compiled multi-turn rollouts against the host loop)
 - train_bench.py (GRPO steps per second; rollout / log-prob / update shares)
 - rl_step_bench.py (one RL step of the Think3D-RL, Act3D and PERIA `:cpu` recipes, each
-  group's prompt prefilled once against every row's: rollout and step seconds, host bytes)
+  group's prompt prefilled once against every row's: rollout seconds in interleaved pairs on
+  one batch and policy, step seconds, host bytes)
 - device_suite/ (a package, one module per part; `make device-bench`: the prepared GPU run: renderer grid, serving (the
   scheduler against the static batcher), a 3B-shaped bf16 rollout and GRPO update, XLA pitfalls,
   versions -> outputs/device_suite/report.json; `--smoke` on CPU in the tests)
