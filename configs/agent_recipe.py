@@ -36,8 +36,11 @@ def base(name: str, agent: str, variant: str) -> ml_collections.ConfigDict:
                  attention="auto", remat=True)
   # input_views: Think3D's first prompt holds up to this many input views; views: its
   # action space, "free" angles or the public RL prompt's three "preset" views.
+  # splat_radius / point_radius: how the environment renders the scene's cloud: fixed
+  # (2 x splat_radius + 1)-pixel splats (point_radius 0: Think3D's public renderer, 3x3), or
+  # discs of world radius point_radius capped at splat_radius pixels.
   c.agent = dict(name=agent, width=640, height=480, hfov_deg=90.0, max_images=8,
-                 input_views=8, views="free")
+                 input_views=8, views="free", splat_radius=1, point_radius=0.0)
   c.data = dict(builder="synthetic_spatial", config="base", data_dir="outputs/data",
                 build=False, train_split="train", eval_split="test", points=262_144,
                 prompt_tokens=4096)
@@ -102,7 +105,10 @@ def shrink_for_cpu(c) -> ml_collections.ConfigDict:
   if c.variant == "cpu":
     c.model.update(checkpoint="", dtype="float32", param_dtype="float32",
                    cache_dtype="float32", remat=False)
-    c.agent.update(width=96, height=72)  # the tiny dataset's views (Think3D renders with them)
+    # the tiny dataset's views: their size (Think3D renders with it) and splats
+    # (data_pipelines.synthetic.samples.SampleConfig's: 3x3 splats leave 8% of a room view
+    # showing the background through the cloud's gaps)
+    c.agent.update(width=96, height=72, splat_radius=4, point_radius=0.08)
     c.data.update(config="tiny", build=True, points=32_768, prompt_tokens=400)
     c.rollout.update(max_turns=2, max_turn_tokens=72)
     c.sft.update(steps=100, batch=8, trajectories="scripted")

@@ -31,7 +31,7 @@ from jaxspatial.rl.rewards.papers import (Act3DRewardConfig, Think3DRewardConfig
                                           act3d_reward_text, think3d_reward_text)
 from jaxspatial.envs.task import decode_text
 from jaxspatial.rollout import grammars, host_parse, prompts, turns
-from jaxspatial.rollout.contract import Agent
+from jaxspatial.rollout.contract import Agent, render_options
 from jaxspatial.rollout.automaton import Grammar
 from jaxspatial.rollout.peria_agent import PERIA_OBSERVATION, PeriaAgent  # noqa: F401 (re-exported)
 
@@ -71,9 +71,11 @@ class Act3DAgent(Agent, turns.AnswerTurns):
 
   @classmethod
   def from_config(cls, agent, max_turns: int, reward_weights=None) -> "Act3DAgent":
-    """From a config's `agent` block (width, height, hfov_deg) and the turn budget."""
+    """From a config's `agent` block (width, height, hfov_deg, splats: `render_options`)
+    and the turn budget."""
     return cls(act3d.Act3DParams(width=agent.width, height=agent.height,
-                                 hfov_deg=agent.hfov_deg, max_interactions=max_turns - 1),
+                                 hfov_deg=agent.hfov_deg, max_interactions=max_turns - 1,
+                                 **render_options(agent)),
                Act3DRewardConfig(**(reward_weights or {})))
 
   def first_prompts(self, tokenizer, tasks, image_tokens: int, length: int | None = None):
@@ -231,10 +233,12 @@ class Think3DAgent(Agent, turns.AnswerTurns):
 
   @classmethod
   def from_config(cls, agent, max_turns: int, reward_weights=None) -> "Think3DAgent":
-    """From a config's `agent` block (width, height, input_views, views)."""
+    """From a config's `agent` block (width, height, input_views, views, splats:
+    `render_options`)."""
     return cls(think3d.Think3DParams(width=agent.width, height=agent.height,
                                      max_rounds=max_turns - 1,
-                                     num_prompt_images=agent.input_views),
+                                     num_prompt_images=agent.input_views,
+                                     **render_options(agent)),
                Think3DRewardConfig(**(reward_weights or {})), views=agent.views)
 
   def with_reconstruction(self, tool) -> "Think3DAgent":

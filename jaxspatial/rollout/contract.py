@@ -159,3 +159,14 @@ class DeviceJudge(Judge):
 def on_device(judge) -> bool:
   """Whether `judge` runs inside the compiled rollout (a plain callable is a host judge)."""
   return isinstance(judge, Judge) and judge.on_device
+
+
+def render_options(agent_config) -> dict:
+  """An environment's splats from a config's `agent` block: {splat_radius, point_radius}
+  (point_radius 0, or absent: fixed splats, the environments' default). Older configs
+  without the keys get the environments' defaults."""
+  splat = agent_config.get("splat_radius", 1)
+  radius = float(agent_config.get("point_radius", 0.0) or 0.0)
+  if radius < 0:
+    raise ValueError(f"agent.point_radius: expected >= 0 (0: fixed splats), got {radius}")
+  return dict(splat_radius=int(splat), point_radius=radius or None)

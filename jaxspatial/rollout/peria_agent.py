@@ -27,7 +27,7 @@ from jaxspatial.rl.rewards.papers import peria_reward, peria_reward_text
 from jaxspatial.envs.task import decode_text
 from jaxspatial.rollout import grammars, prompts, turns
 from jaxspatial.rollout.automaton import Grammar
-from jaxspatial.rollout.contract import Agent
+from jaxspatial.rollout.contract import Agent, render_options
 
 
 def _user_turn(text: str) -> str:
@@ -88,11 +88,12 @@ class PeriaAgent(Agent, turns.AnswerTurns):
 
   @classmethod
   def from_config(cls, agent, max_turns: int, reward_weights=None) -> "PeriaAgent":
-    """From a config's `agent` block (width, height, hfov_deg, max_images)."""
+    """From a config's `agent` block (width, height, hfov_deg, max_images, splats:
+    `render_options`)."""
     del reward_weights  # PERIA's reward has no weights
     return cls(peria.PeriaParams(width=agent.width, height=agent.height,
                                  hfov_deg=agent.hfov_deg, max_images=agent.max_images,
-                                 max_turns=max_turns))
+                                 max_turns=max_turns, **render_options(agent)))
 
   def first_prompts(self, tokenizer, tasks, image_tokens: int, length: int | None = None):
     """(ids, mask): "Observation 0:" before the image, then the question (the public

@@ -70,3 +70,22 @@ def test_one_spelling_per_knob():
                 "'inject_nan_step'", "'freeze_vision'"):
       assert old not in flat, (name, variant, old)
     assert "grpo" not in c, (name, variant)
+
+
+@pytest.mark.parametrize("name", ["think3d_rl", "act3d_grpo", "peria_or_gigpo"])
+def test_cpu_agents_render_the_scene_as_the_tiny_dataset_was_rendered(name):
+  """The environment's views beside the dataset's stored ones: the same splats (3x3 splats
+  show the background through a 32k-point room's gaps), the reference variants Think3D's
+  public 3x3 splats."""
+  from data_pipelines.synthetic import SampleConfig  # pylint: disable=import-outside-toplevel
+  for variant, want in (("cpu", (SampleConfig.splat_radius, SampleConfig.point_radius)),
+                        ("reference", (1, None))):
+    c = _load(name, variant)
+    params = make_agent(c.agent, c.rollout.max_turns).params
+    assert (params.splat_radius, params.point_radius) == want, (name, variant)
+
+
+def test_render_options_refuse_a_negative_point_radius():
+  from jaxspatial.rollout.contract import render_options  # pylint: disable=import-outside-toplevel
+  with pytest.raises(ValueError, match="agent.point_radius"):
+    render_options({"splat_radius": 1, "point_radius": -0.1})
