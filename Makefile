@@ -6,7 +6,7 @@ PIP := $(PY) -m pip install --quiet --disable-pip-version-check -c constraints.t
 RUNTIME_STAMP := $(VENV)/.runtime-installed
 DEV_STAMP := $(VENV)/.dev-installed
 
-.PHONY: install demo thinker3d recipes test slow-tests train-checks bench device-bench tunix-bench system-deps clean
+.PHONY: install demo thinker3d recipes test slow-tests train-checks bench device-bench device-bench-recipes tunix-bench system-deps clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -118,6 +118,11 @@ bench: $(DEV_STAMP) system-deps
 
 device-bench: $(DEV_STAMP) system-deps
 	$(PY) -m benchmarks.device_suite
+
+# The recipes on their papers' policies (benchmarks/device_suite/recipes.py): a call of
+# its own, at most 9.5 minutes.
+device-bench-recipes: $(DEV_STAMP) system-deps
+	$(PY) -m benchmarks.device_suite --parts recipes --budget-s 540 --deadline-s 570
 
 # Our sampler against Tunix 0.1.7's on the same weights, in Tunix's own environment: this
 # repository at the tested jax / flax (constraints.txt), torch to write the weights, then Tunix.

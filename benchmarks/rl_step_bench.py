@@ -30,15 +30,11 @@ import tempfile
 import time
 
 import jax
-import numpy as np
 from absl import logging
 
-from benchmarks.rl_setup import rl_phase
+from benchmarks.rl_setup import PATHS, rl_phase, rollout_pairs
 from jaxspatial.models import sharding
 from jaxspatial.train import rl_step
-
-PATHS = {"shared": True, "per row": False}
-
 
 @contextlib.contextmanager
 def counting_host_copies(counter: list):
@@ -59,29 +55,6 @@ def counting_host_copies(counter: list):
   finally:
     for module in modules:
       module.local_rows = original
-
-
-def rollout_pairs(experiment, c, module, mesh, key, pairs: int) -> dict:
-  """Seconds of the step's rollout (compiled episodes and their rewards) on one task batch
-  for each path, in interleaved pairs (the order alternating), and the pairs' ratios."""
-  group = c.advantage.group_size
-  tasks, _ = next(experiment.data_iterator)
-  tasks = jax.tree.map(lambda x: np.repeat(x, group, axis=0), tasks)
-
-  def seconds(shared):
-    started = time.perf_counter()
-    traj = experiment.run(module, tasks, key, mesh=mesh, group=group if shared else 1)
-    jax.block_until_ready((traj, experiment.rewards(traj, tasks)))
-    return time.perf_counter() - started
-
-  times = {path: [] for path in PATHS}
-  for pair in range(pairs):
-    order = list(PATHS.items()) if pair % 2 else list(PATHS.items())[::-1]
-    for path, shared in order:
-      times[path].append(seconds(shared))
-  ratios = [row / shared for row, shared in zip(times["per row"], times["shared"])]
-  return {path: statistics.median(t) for path, t in times.items()} | {
-      "speed-up": statistics.median(ratios)}
 
 
 def bench_recipe(name: str, steps: int, pairs: int, data_dir: str) -> dict:

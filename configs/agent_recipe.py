@@ -27,11 +27,16 @@ def base(name: str, agent: str, variant: str) -> ml_collections.ConfigDict:
   # (an ablation), with a note. chat_format: how replies open, "auto" (the checkpoint's chat
   # template: a Thinking model's "<think>\n" prefill; stop ids from generation_config.json),
   # "instruct" or "thinking".
+  # shape / layers (no checkpoint): a random policy of a released checkpoint's shape
+  # (jaxspatial.models.shapes.PUBLISHED, e.g. "Qwen3.5-9B"; its family replaces `family`),
+  # its decoder cut to `layers` when > 0; "" = the family's tiny policy. For memory
+  # planning and throughput before the weights arrive (benchmarks/device_suite's recipes).
   # frozen: parameter paths that do not train (e.g. ("visual",): the vision tower).
   # dtype / param_dtype / cache_dtype: bf16 compute over float32 master weights, a bf16 KV
   # cache (jaxspatial.models.precision); attention "auto": cuDNN flash attention on GPU;
   # remat: recompute each layer in the backward pass (3B-9B policies at 16 x 8 episodes).
-  c.model = dict(checkpoint="", family="qwen2_5_vl", chat_format="auto", frozen=(),
+  c.model = dict(checkpoint="", family="qwen2_5_vl", shape="", layers=0, chat_format="auto",
+                 frozen=(),
                  dtype="bfloat16", param_dtype="float32", cache_dtype="bfloat16",
                  attention="auto", remat=True)
   # input_views: Think3D's first prompt holds up to this many input views; views: its

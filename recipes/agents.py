@@ -39,8 +39,13 @@ from recipes.common import grpo_phase, my_rows
 def load_policy(c):
   """(tokenizer, model, chat format): a Hugging Face folder loaded onto the current mesh
   (its family from config.json, its chat format from the chat template and
-  generation_config.json unless `model.chat_format` names one), or a tiny random policy of
+  generation_config.json unless `model.chat_format` names one), or a random policy: of
+  `model.shape` (a released checkpoint's, cut to `model.layers`) or the tiny one of
   `model.family`."""
+  if c.model.checkpoint and c.model.get("shape", ""):
+    raise ValueError(f"model.checkpoint {c.model.checkpoint!r} and model.shape "
+                     f"{c.model.shape!r}: name one (a folder's weights, or a random policy of "
+                     "a published shape)")
   if c.model.checkpoint:
     processor, model = models.load_policy(c.model.checkpoint, seed=c.seed,
                                           **model_options(c.model))
@@ -50,7 +55,8 @@ def load_policy(c):
     tok = getattr(processor, "tokenizer", processor)
     return tok, model, models.chat_format(c.model.chat_format, c.model.checkpoint, tok)
   tok = tiny.tokenizer()
-  return (tok, tiny.model(tok, c.model.family, c.seed, **model_options(c.model)),
+  return (tok, tiny.model(tok, c.model.family, c.seed, shape=c.model.get("shape", ""),
+                          layers=c.model.get("layers", 0), **model_options(c.model)),
           models.chat_format(c.model.chat_format))
 
 
@@ -203,7 +209,7 @@ def check_inputs(c, agent, data: bool = True) -> None:
   where = f"{c.name} (variant {c.get('variant', 'reference')!r})"
   unset, absent = [], []
   checkpoint = c.model.checkpoint
-  if not checkpoint and c.get("variant") == "reference":
+  if not checkpoint and c.get("variant") == "reference" and not c.model.get("shape", ""):
     unset.append(f"--config.model.checkpoint=/path/to/hf_folder (a Hugging Face "
                  f"{c.model.family} folder: config.json, safetensors, tokenizer)")
   elif checkpoint:

@@ -3,7 +3,10 @@
     python -m benchmarks.device_suite [--out outputs/device_suite] [--budget-s 330]
     python -m benchmarks.device_suite --smoke      # every part at tiny sizes, on the CPU
     python -m benchmarks.device_suite --parts rollout --budget-s 250 --deadline-s 270  # a 2nd call
-    make device-bench
+    python -m benchmarks.device_suite --parts recipes --budget-s 540 --deadline-s 570
+        [--recipes act3d_grpo think3d_rl peria_or_gigpo]     # the recipes' own call
+    make device-bench          # every part but recipes
+    make device-bench-recipes  # the recipes part
 
 Cost: at most 6 minutes on one H200 (a watchdog writes the report and ends the run at
 `--deadline-s` 345; rollout sizes past the first and the host loop start only when their
@@ -44,23 +47,34 @@ is printed at the end.
             with `serving_s` of budget left
             (each a compile of about a minute): `--parts decode --budget-s 250` as a second
             call measures them all
+  recipes   (not in the default call: `--parts recipes`) one RL step of the Act3D, Think3D-RL
+            and PERIA recipes on their papers' policies (Qwen3.5-9B, Qwen3-VL-4B,
+            Qwen3-VL-8B as random weights of the released shapes, decoder layers cut to
+            what one device holds, stated), each in its own process: rollout episodes / s
+            with and without group-shared prompts, step seconds, update tokens / s and MFU,
+            peak memory against the recipe's estimate (recipes.py says how); estimated
+            2-4 minutes a recipe (compiles included, not yet measured on a GPU); --smoke:
+            the cpu variants' tiny policies, about 150 s on a 2-core CPU (measured)
 On an accelerator the rollout's set-up and every compile run on a worker thread beside
 the measurements (`--compiles serial` for undisturbed timings, at the cost of minutes).
 Order: versions, pitfalls, renderer, rollout batch 8, train, rollout batch 64, host loop,
 rollout batch 128, decode.
 
-One module per part (versions, pitfalls, renderer, rollout, train, decode, serving), beside
+One module per part (versions, pitfalls, renderer, rollout, train, decode, serving, recipes), beside
 core (sizes, clock, report), worker (background compiles), tables and cli (the command
 line, run by `__main__`).
 """
 
 from benchmarks.device_suite.cli import main, start_watchdog
-from benchmarks.device_suite.core import (PARTS, REPO, Clock, Report, Sizes, error_text, log,
-                                          peak_flops, peak_memory_bytes, run_part)
+from benchmarks.device_suite.core import (DEFAULT_PARTS, PARTS, REPO, Clock, Report, Sizes,
+                                          error_text, log, peak_flops, peak_memory_bytes,
+                                          run_part)
 from benchmarks.device_suite.decode import decode_part
 from benchmarks.device_suite.pitfalls import (FTZ_ATOMICS_OPTION, WORKAROUND, pitfall_child,
                                               pitfalls_part, remeasure_with_flag,
                                               without_backend_option)
+from benchmarks.device_suite.recipes import (PAPER_POLICIES, fitting_layers, recipe_config,
+                                             recipes_part)
 from benchmarks.device_suite.renderer import renderer_part
 from benchmarks.device_suite.rollout import RolloutBench
 from benchmarks.device_suite.serving import serving_part
@@ -69,8 +83,10 @@ from benchmarks.device_suite.train import TrainPart
 from benchmarks.device_suite.versions import versions_part
 from benchmarks.device_suite.worker import Job, Worker
 
-__all__ = ["FTZ_ATOMICS_OPTION", "Job", "PARTS", "REPO", "Clock", "Report", "RolloutBench",
-           "Sizes", "TrainPart", "WORKAROUND", "Worker", "decode_part", "error_text", "log",
-           "main", "markdown_table", "peak_flops", "peak_memory_bytes", "pitfall_child",
-           "pitfalls_part", "print_tables", "remeasure_with_flag", "renderer_part", "run_part",
-           "serving_part", "start_watchdog", "versions_part", "without_backend_option"]
+__all__ = ["Clock", "DEFAULT_PARTS", "FTZ_ATOMICS_OPTION", "Job", "PAPER_POLICIES",
+           "PARTS", "REPO", "Report", "RolloutBench", "Sizes", "TrainPart", "WORKAROUND",
+           "Worker", "decode_part", "error_text", "fitting_layers", "log", "main",
+           "markdown_table", "peak_flops", "peak_memory_bytes", "pitfall_child",
+           "pitfalls_part", "print_tables", "recipe_config", "recipes_part",
+           "remeasure_with_flag", "renderer_part", "run_part", "serving_part",
+           "start_watchdog", "versions_part", "without_backend_option"]

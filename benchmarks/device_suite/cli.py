@@ -15,9 +15,11 @@ import threading
 
 import jax
 
-from benchmarks.device_suite.core import PARTS, Clock, Report, Sizes, log, run_part
+from benchmarks.device_suite.core import (DEFAULT_PARTS, PARTS, Clock, Report, Sizes, log,
+                                          run_part)
 from benchmarks.device_suite.decode import decode_part
 from benchmarks.device_suite.pitfalls import pitfall_child, pitfalls_part
+from benchmarks.device_suite.recipes import PAPER_POLICIES, recipe_child, recipes_part
 from benchmarks.device_suite.renderer import renderer_part
 from benchmarks.device_suite.rollout import RolloutBench
 from benchmarks.device_suite.serving import serving_part
@@ -57,13 +59,17 @@ def main(argv=None) -> None:
                       help="later rollout sizes start only within it (default 330, smoke 240)")
   parser.add_argument("--deadline-s", type=float, default=None,
                       help="the watchdog stops the run here (default 345, smoke 300)")
-  parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
+  parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(DEFAULT_PARTS),
+                      help="default: all but recipes, which is a call of its own")
+  parser.add_argument("--recipes", nargs="+", default=None, choices=tuple(PAPER_POLICIES),
+                      help="the recipes part's recipes (default: Sizes.recipes)")
   parser.add_argument("--train-micro-batches", type=int, default=None)
   parser.add_argument("--compiles", choices=("auto", "background", "serial"), default="auto",
                       help="background: on a worker thread beside the measurements; serial: "
                            "each when needed; auto: background on an accelerator, serial on "
                            "the CPU (where the worker slowed everything 2-3x, measured)")
   parser.add_argument("--pitfall-child", default=None, help=argparse.SUPPRESS)
+  parser.add_argument("--recipe-child", default=None, help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
   if args.pitfall_child:
     pitfall_child(args.pitfall_child)
@@ -77,11 +83,19 @@ def main(argv=None) -> None:
       os.environ["XLA_FLAGS"] = (flags + " --xla_backend_optimization_level=0").strip()
   else:  # before the backend starts: the trainer's f32 state, Adam moments and the policy
     os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.92")
+    if "recipes" in args.parts and not args.recipe_child:
+      # the recipes run in child processes: this one must not hold the device's memory
+      os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
   # As launch.train: the rollout and the update run as a training job would.
   workarounds = xla_workarounds.apply()
+  if args.recipe_child:
+    recipe_child(args.recipe_child, args.out, args.smoke)
+    return
   sizes = Sizes.smoke() if args.smoke else Sizes.full()
   if args.train_micro_batches:
     sizes = dataclasses.replace(sizes, train_micro_batches=args.train_micro_batches)
+  if args.recipes:
+    sizes = dataclasses.replace(sizes, recipes=tuple(args.recipes))
   # Smoke budgets leave room for a loaded machine: the test expects every row.
   clock = Clock(args.budget_s or (240.0 if args.smoke else 330.0))
   out = pathlib.Path(args.out)
@@ -127,6 +141,9 @@ def main(argv=None) -> None:
     run_part("decode", lambda e: decode_part(e, sizes, clock, report), report, clock)
   if "serving" in args.parts:
     run_part("serving", lambda e: serving_part(e, sizes, clock, report), report, clock)
+  if "recipes" in args.parts:
+    run_part("recipes", lambda e: recipes_part(e, sizes, clock, report, args.smoke, out),
+             report, clock)
   report.data["meta"]["elapsed_s"] = clock.elapsed()
   report.save()
   print_tables(report.data)

@@ -15,7 +15,9 @@ import jax
 import numpy as np
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-PARTS = ("versions", "pitfalls", "renderer", "rollout", "train", "decode", "serving")
+PARTS = ("versions", "pitfalls", "renderer", "rollout", "train", "decode", "serving", "recipes")
+# recipes: a second call of its own (`--parts recipes`, `make device-bench-recipes`)
+DEFAULT_PARTS = PARTS[:-1]
 QWEN_3B_VOCAB = 151936
 
 # Peak dense bf16 FLOP/s by device kind (lower-case substrings, the first match wins).
@@ -65,6 +67,14 @@ class Sizes:
   serving_replies: tuple[int, int] = (8, 256)
   serving_slots: int = 8
   serving_s: float = 60.0          # the part starts only with this much budget left
+  recipes: tuple[str, ...] = ("act3d_grpo", "think3d_rl", "peria_or_gigpo")
+  recipe_policy: str = "paper"     # "paper" (recipes.PAPER_POLICIES) or "tiny" (cpu variants)
+  recipe_prompts: int = 4          # x the recipe's group (8) episodes a step
+  recipe_steps: int = 2            # timed steps after the first (which compiles)
+  recipe_pairs: int = 3            # interleaved rollout pairs, shared / per row
+  recipe_memory_fraction: float = 0.7  # of the device, for f32 weights, grads, AdamW
+  recipe_micro_rows: int = 4       # rows per micro-batch of the update (0: the config's)
+  recipe_row_s: float = 150.0      # a recipe starts only with this much budget left
 
   @classmethod
   def full(cls) -> "Sizes":
@@ -93,7 +103,9 @@ class Sizes:
         segment_columns=32, segment_count=100, pitfall_repeats=2, decode_policy="tiny",
         decode_contexts=(64, 256), decode_repeats=1, decode_row_s=5.0,
         serving_policy="tiny", serving_requests=4, serving_prompts=(64, 128),
-        serving_replies=(4, 16), serving_slots=2, serving_s=5.0)
+        serving_replies=(4, 16), serving_slots=2, serving_s=5.0, recipe_policy="tiny",
+        recipe_prompts=2, recipe_steps=1, recipe_pairs=1, recipe_micro_rows=0,
+        recipe_row_s=20.0)
 
 
 class Clock:

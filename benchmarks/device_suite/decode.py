@@ -3,13 +3,14 @@ against Qwen2.5-VL-7B's KV decoder), only the rows that fit the budget."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
 from benchmarks.device_suite.core import Clock, Report, Sizes, log
-from jaxspatial.models import memory
-from jaxspatial.models.qwen2_5_vl.config import Qwen25VLConfig, TextConfig, VisionConfig
+from jaxspatial.models import memory, shapes
 from jaxspatial.models.qwen2_5_vl.model import Qwen25VL
 
 
@@ -25,18 +26,17 @@ def zeros_policy(cls, config):
 def paper_decode_policies() -> dict:
   """Builders of Qwen3.5-9B's and Qwen2.5-VL-7B's text decoders (a one-block vision tower:
   decode never runs it)."""
-  from jaxspatial.models.qwen3_5 import Qwen35, Qwen35Config  # pylint: disable=import-outside-toplevel
+  from jaxspatial.models.qwen3_5 import Qwen35  # pylint: disable=import-outside-toplevel
+  from jaxspatial.models.qwen2_5_vl.config import VisionConfig  # pylint: disable=import-outside-toplevel
   from jaxspatial.models.qwen3_vl.config import VisionConfig as Qwen3VisionConfig  # pylint: disable=import-outside-toplevel
-  hybrid = Qwen35Config(vision=Qwen3VisionConfig(depth=1, hidden_size=32, intermediate_size=64,
-                                                 num_heads=2, out_hidden_size=4096,
-                                                 deepstack_visual_indexes=()))
-  kv = Qwen25VLConfig(text=TextConfig(vocab_size=152064, hidden_size=3584,
-                                      intermediate_size=18944, num_hidden_layers=28,
-                                      num_attention_heads=28, num_key_value_heads=4,
-                                      tie_word_embeddings=False),
-                      vision=VisionConfig(depth=1, hidden_size=32, intermediate_size=64,
-                                          num_heads=2, out_hidden_size=3584,
-                                          fullatt_block_indexes=(0,)))
+  hybrid = shapes.published_config("Qwen3.5-9B")
+  hybrid = dataclasses.replace(hybrid, vision=Qwen3VisionConfig(
+      depth=1, hidden_size=32, intermediate_size=64, num_heads=2,
+      out_hidden_size=hybrid.text.hidden_size, deepstack_visual_indexes=()))
+  kv = shapes.published_config("Qwen2.5-VL-7B")
+  kv = dataclasses.replace(kv, vision=VisionConfig(
+      depth=1, hidden_size=32, intermediate_size=64, num_heads=2,
+      out_hidden_size=kv.text.hidden_size, fullatt_block_indexes=(0,)))
   return {"qwen2_5_vl 7B (28 KV)": lambda: zeros_policy(Qwen25VL, kv),
           "qwen3_5 9B (24 DeltaNet+8)": lambda: zeros_policy(Qwen35, hybrid)}
 

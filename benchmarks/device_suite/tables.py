@@ -30,7 +30,8 @@ def markdown_table(columns, rows) -> str:
 def print_tables(report: dict) -> None:
   """One Markdown table per part; a table that fails to format is named, not raised."""
   for section in (_summary_table, _versions_table, _pitfalls_tables, _renderer_tables,
-                  _rollout_table, _train_table, _decode_table, _serving_table):
+                  _rollout_table, _train_table, _decode_table, _serving_table,
+                  _recipes_table):
     try:
       section(report)
     except Exception as exc:  # pylint: disable=broad-except
@@ -151,3 +152,25 @@ def _serving_table(report: dict) -> None:
                           ("tokens/s", "tokens_s", ".0f"), ("p50 s", "p50", ".2f"),
                           ("p99 s", "p99", ".2f"), ("peak MiB", "mib", ".0f")],
                          [{**r, "mib": (r["peak"] or 0) / 2 ** 20} for r in rows]))
+
+
+def _recipes_table(report: dict) -> None:
+  rows = report.get("recipes", {}).get("rows")
+  if not rows:
+    return
+  print("\n### recipes: one RL step on the papers' policy families (episodes / s: the "
+        "rollout, a group's prompt prefilled once / per row)\n")
+  for row in rows:
+    row["layers_of"] = (f"{row['layers']} of {row['published_layers']}"
+                        if row.get("published_layers") else row.get("layers"))
+    row["peak_gib"] = row["peak_memory_bytes"] / 2 ** 30 if row.get("peak_memory_bytes") else None
+    row["estimate_gib"] = row["estimate_bytes"] / 2 ** 30 if row.get("estimate_bytes") else None
+    row["error_line"] = (row.get("error") or "").split("\n")[0][:80] or None
+  print(markdown_table([
+      ("recipe", "recipe", ""), ("policy", "policy", ""), ("layers", "layers_of", ""),
+      ("episodes", "episodes", ""), ("eps/s shared", "episodes_per_s_shared", ".2f"),
+      ("eps/s per row", "episodes_per_s_per_row", ".2f"),
+      ("sharing", "sharing_speedup", ".2f"), ("step s", "step_s", ".2f"),
+      ("update tok/s", "update_tokens_per_s", ".0f"), ("MFU", "mfu", ".3f"),
+      ("peak GiB", "peak_gib", ".1f"), ("estimate GiB", "estimate_gib", ".1f"),
+      ("error", "error_line", "")], rows))

@@ -13,6 +13,8 @@ Modules:
 - memory.py: the per-device memory estimate printed at a job's start (parameters, gradients,
   AdamW state, the decode cache as the family's init_cache builds it, activations; remat, micro-
   batches, mesh) against the device's memory
+- shapes.py: the released policies' shapes (PUBLISHED: Qwen3.5-9B, Qwen3-VL-4B / 8B,
+  Qwen2.5-VL-3B / 7B; published_config, with_layers): random policies of a paper's size
 - chat.py: ChatFormat (a checkpoint's chat template -> the reply prefill, a Thinking model's
   "<think>\n"; generation_config.json -> stop ids)
 - policy.py: the policy interface every family implements (vision_inputs, image_grid /
@@ -80,7 +82,7 @@ Modules:
   latent positions)
 """
 
-from jaxspatial.models import memory
+from jaxspatial.models import memory, shapes
 from jaxspatial.models.attention import IMPLEMENTATIONS as ATTENTION_IMPLEMENTATIONS
 from jaxspatial.models.attention import attention, resolve as resolve_attention
 
@@ -103,7 +105,7 @@ from jaxspatial.models.sharding import RULES, logical_init, make_mesh, mesh_axes
 
 __all__ = ["FAMILIES", "ChatFormat", "DecodeState", "Generation", "SamplingConfig", "VisionOutput", "append",
            "chat_format", "decode", "export", "generate", "load_model", "load_policy", "model_type",
-           "policy_class", "prefill", "repeat_rows", "ATTENTION_IMPLEMENTATIONS", "MemoryEstimate", "Precision", "attention", "memory",
+           "policy_class", "prefill", "repeat_rows", "ATTENTION_IMPLEMENTATIONS", "MemoryEstimate", "Precision", "attention", "memory", "shapes",
            "model_options", "resolve_attention", "RULES", "TINY", "LoRALinear", "LoRATiedHead",
            "Projector3D", "Projector3DConfig", "Thinker3DPolicy",
            "add_latent_tokens", "alignment_loss", "apply_lora", "expand_output_3d",

@@ -39,13 +39,17 @@ def tokenizer(vocab_size: int = 700):
   return train_tokenizer(corpus, vocab_size=vocab_size, extra_special_tokens=LATENT_TOKENS)
 
 
-def model_config(tok, base=None, family: str = "qwen2_5_vl"):
+def model_config(tok, base=None, family: str = "qwen2_5_vl", keep_vocab: bool = False):
   """The family's tiny config (`Qwen25VLConfig.tiny`, `Qwen3VLConfig.tiny`), or `base`,
-  with the tokenizer's vocabulary size (rounded up to a multiple of 64) and special ids."""
+  with the tokenizer's special ids and vocabulary size (rounded up to a multiple of 64;
+  `keep_vocab`: base's, whose rows past the tokenizer's ids are never a prompt token)."""
   from jaxspatial.models.policy import policy_class  # pylint: disable=import-outside-toplevel
   vocab = (len(tok) + 63) // 64 * 64
   config = base or policy_class(family).config_class.tiny(vocab)
-  text = dataclasses.replace(config.text, vocab_size=vocab)
+  if keep_vocab and config.text.vocab_size < vocab:
+    raise ValueError(f"model_config: the base vocabulary {config.text.vocab_size} is smaller "
+                     f"than the tokenizer's {len(tok)} ids")
+  text = config.text if keep_vocab else dataclasses.replace(config.text, vocab_size=vocab)
   ids = tok.convert_tokens_to_ids
   return dataclasses.replace(config, text=text, image_token_id=ids("<|image_pad|>"),
                              video_token_id=ids("<|video_pad|>"),
@@ -53,13 +57,23 @@ def model_config(tok, base=None, family: str = "qwen2_5_vl"):
                              vision_end_token_id=ids("<|vision_end|>"))
 
 
-def model(tok, family: str = "qwen2_5_vl", seed: int = 0, **options):
-  """A tiny random policy of `family` for the tokenizer (`options`: the model class's
-  dtype, param_dtype, attention, remat)."""
+def model(tok, family: str = "qwen2_5_vl", seed: int = 0, shape: str = "", layers: int = 0,
+          **options):
+  """A random policy for the tokenizer: `family`'s tiny one, or (`shape`, one of
+  `jaxspatial.models.shapes.PUBLISHED`) a released checkpoint's shape and vocabulary, its
+  decoder cut to `layers` when given (`options`: the model class's dtype, param_dtype,
+  attention, remat)."""
   from flax import nnx  # pylint: disable=import-outside-toplevel
+  from jaxspatial.models import shapes  # pylint: disable=import-outside-toplevel
   from jaxspatial.models.policy import policy_class  # pylint: disable=import-outside-toplevel
-  return policy_class(family)(model_config(tok, family=family), rngs=nnx.Rngs(seed),
-                              **options)
+  if shape:
+    family = shapes.published_family(shape)
+    base = shapes.published_config(shape)
+    config = model_config(tok, shapes.with_layers(base, layers) if layers else base,
+                          keep_vocab=True)
+  else:
+    config = model_config(tok, family=family)
+  return policy_class(family)(config, rngs=nnx.Rngs(seed), **options)
 
 
 MOVES = (("turn_left", 60), ("forward", 1.5), ("turn_right", 30), ("up", None), ("left", 1.2),

@@ -116,7 +116,8 @@ def update(model, optimizer, batch: TrainBatch, config: StepConfig, mesh, refere
            old_logprobs: Array | None = None) -> dict:
   """Old (and reference) log-probabilities, then `epochs` x `mini_batches` optimizer steps.
   Returns the last step's metrics, with `finite` False if any step was refused. With
-  `timings`, the seconds of the log-probabilities and of the updates are recorded.
+  `timings`, the seconds of the log-probabilities and of the updates are recorded, and the
+  token slots the updates ran on ("update_token_slots": epochs x rows x sequence length).
   `old_logprobs` [B, S]: the rollout's (an on-policy update, `Phase.old_logprobs`
   "rollout"); None: recomputed under the current parameters."""
   if batch.batch_size % mini_batches:
@@ -150,4 +151,5 @@ def update(model, optimizer, batch: TrainBatch, config: StepConfig, mesh, refere
     nnx.update((model, optimizer), state)
   if timings is not None:
     timings["update"] = time.perf_counter() - started
+    timings["update_token_slots"] = epochs * batch.batch_size * batch.tokens.shape[1]
   return metrics

@@ -38,7 +38,8 @@ def report(tmp_path_factory):
 
 
 def test_every_part_ran_without_error(report):
-  for part in device_suite.PARTS:
+  assert report["recipes"]["status"] == "not requested"  # a call of its own (below)
+  for part in device_suite.DEFAULT_PARTS:
     assert report[part]["status"] == "ok", (part, report[part].get("error"))
     assert report[part]["error"] is None
   assert report["meta"]["smoke"] and not report["meta"].get("deadline_hit")
@@ -109,6 +110,29 @@ def test_train(report):
   assert train["mfu"] is None  # no peak FLOP/s for a CPU
   assert _positive(train["logprobs"]["run_s"])
   assert train["logprobs"]["max_abs_diff_vs_rollout"] < 0.1  # bf16 sampler vs trainer
+
+
+def test_recipes_part_runs_one_rl_step_of_each_recipe(tmp_path):
+  """`--parts recipes` at smoke sizes: each recipe's row from its own process."""
+  env = dict(os.environ, JAX_PLATFORMS="cpu")
+  env.pop("XLA_FLAGS", None)
+  done = subprocess.run([sys.executable, "-m", "benchmarks.device_suite", "--smoke", "--parts",
+                         "recipes", "--out", str(tmp_path)], cwd=ROOT, env=env,
+                        capture_output=True, text=True, timeout=900)
+  assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+  assert "### recipes" in done.stdout
+  part = json.loads((tmp_path / "report.json").read_text())["recipes"]
+  assert part["status"] == "ok" and not part["skipped"], part
+  rows = {r["recipe"]: r for r in part["rows"]}
+  assert set(rows) == set(device_suite.Sizes.smoke().recipes)
+  families = {"act3d_grpo": "qwen3_5", "think3d_rl": "qwen3_vl", "peria_or_gigpo": "qwen3_vl"}
+  for name, row in rows.items():
+    assert "error" not in row, row
+    assert row["family"] == families[name]
+    for key in ("episodes_per_s_shared", "episodes_per_s_per_row", "sharing_speedup",
+                "step_s", "update_tokens_per_s", "estimate_bytes"):
+      assert _positive(row[key]), (name, key)
+    assert row["mfu"] is None  # no peak FLOP/s for a CPU
 
 
 @pytest.mark.parametrize("serial", [False, True])
