@@ -34,6 +34,7 @@ measured in one run.
   `window_s` in one new-token bucket run as one Engine.generate batch), tiny and small policies;
   tokens/s, p50 / p99 latency, peak memory)
 - timing.py (the shared timing helper), rl_setup.py (a recipe's RL phase set up as the trainer
-  does, for the step benchmarks)
+  does, and its rollout timed with and without group-shared prompts, for the step
+  benchmarks and the device suite's recipes part)
 """
 
