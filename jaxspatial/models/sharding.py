@@ -54,7 +54,11 @@ def place(param, host_array):
   current = param.get_value()  # an array, or a ShapeDtypeStruct on an abstract model
   value = np.asarray(host_array, current.dtype)
   names = param.get_metadata().get("out_sharding")
-  if names is None or jax.sharding.get_abstract_mesh().empty:
+  if jax.sharding.get_abstract_mesh().empty:
+    # may_alias: on the CPU an aligned contiguous array (hf.shards reads into one) becomes
+    # the parameter's buffer as it is, not a second copy; the caller lets go of it
+    param.set_value(jax.device_put(value, may_alias=True))
+  elif names is None:  # replicated over the mesh
     param.set_value(jnp.asarray(value))
   else:  # a PartitionSpec places onto the mesh set by `jax.set_mesh`
     param.set_value(jax.device_put(value, PartitionSpec(*names)))

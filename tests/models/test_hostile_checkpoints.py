@@ -21,7 +21,7 @@ from flax import nnx
 from safetensors.numpy import save_file
 
 from jaxspatial.errors import ModelFolderError
-from jaxspatial.models.hf import INDEX
+from jaxspatial.models.hf import INDEX, shards
 from jaxspatial.models.qwen2_5_vl import (Qwen25VL, Qwen25VLConfig, TextModel, checkpoint_shapes,
                                           load_text_weights, save_pretrained, state_dict)
 
@@ -232,6 +232,23 @@ def test_half_precision_tensors_load(base, tmp_path, dtype):
   model = Qwen25VL.from_pretrained(folder_with(tmp_path, base, tensors=half))
   np.testing.assert_array_equal(np.asarray(model.language_model.layers[1].mlp.up_proj.kernel[...]),
                                 half[KEY].astype(np.float32).T)
+
+
+def test_kernels_transposed_in_row_blocks_load_whole(base, tmp_path, monkeypatch):
+  """A linear's kernel is transposed block by block as it is read (3 rows a block here,
+  the last block short): every value lands in place, and a NaN in a later block is found."""
+  _, _, tensors, _ = base
+  rows, columns = tensors[KEY].shape
+  monkeypatch.setattr(shards, "CHUNK_BYTES", 3 * columns * 4)
+  assert rows % 3
+  model = Qwen25VL.from_pretrained(folder_with(tmp_path / "whole", base))
+  np.testing.assert_array_equal(np.asarray(model.language_model.layers[1].mlp.up_proj.kernel[...]),
+                                tensors[KEY].T)
+  bad = dict(tensors, **{KEY: tensors[KEY].copy()})
+  bad[KEY][rows - 1, 2] = np.nan
+  with pytest.raises(ModelFolderError, match=rf"tensor '{KEY}': expected finite values, got 1 "
+                                            "NaN value"):
+    Qwen25VL.from_pretrained(folder_with(tmp_path / "bad", base, tensors=bad))
 
 
 @pytest.mark.parametrize("key,value,kind", [(KEY, np.nan, "NaN"), (KEY, -np.inf, "infinite"),

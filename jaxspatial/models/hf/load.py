@@ -30,7 +30,12 @@ def load_weights(model, folder, tensors: dict[str, TensorInfo], wanted: Targets)
         if info.shape != expected:
           raise ModelFolderError(f"{file}: {info.key} has shape {info.shape}, expected "
                                  f"{expected} (from the model)")
-        sharding.place(param, to_param(read_tensor(reader, file, info.key, current.dtype), how))
+        if how == "t":  # transposed as it is read
+          value = read_tensor(reader, file, info.key, current.dtype, transposed=True)
+        else:
+          value = to_param(read_tensor(reader, file, info.key, current.dtype), how)
+        sharding.place(param, value)
+        del value  # a whole tensor: freed before the next is read
         loaded.add(name)
   missing = sorted(set(wanted) - loaded)
   if missing:

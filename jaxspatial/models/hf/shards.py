@@ -119,10 +119,24 @@ def open_shard(file: pathlib.Path):
     yield _Shard(reader, raw)
 
 
+ALIGNMENT = 64  # bytes: XLA's CPU client takes a host buffer as it is from this alignment
+CHUNK_BYTES = 1 << 24
+
+
+def aligned_empty(shape, dtype) -> np.ndarray:
+  """np.empty aligned to ALIGNMENT bytes: `jax.device_put(x, may_alias=True)` then keeps
+  the buffer on the CPU instead of copying it (one tensor less in flight)."""
+  dtype = np.dtype(dtype)
+  count = int(np.prod(shape, dtype=np.int64))
+  raw = np.empty(count * dtype.itemsize + ALIGNMENT, np.uint8)
+  offset = -raw.ctypes.data % ALIGNMENT
+  return raw[offset:offset + count * dtype.itemsize].view(dtype).reshape(shape)
+
+
 class _Shard:
-  """Reads a tensor's bytes straight into its array: safetensors' get_tensor copies out of
-  a memory map whose touched pages also stay resident, two copies of every tensor in
-  flight (2x the largest shard of transient host memory, measured by loading_bench)."""
+  """Reads a tensor's bytes straight into its (aligned) array: safetensors' get_tensor
+  copies out of a memory map whose touched pages also stay resident, two copies of every
+  tensor in flight (measured by loading_bench)."""
 
   def __init__(self, reader, raw):
     self.reader, self.raw = reader, raw
@@ -135,17 +149,38 @@ class _Shard:
   def get_slice(self, key: str):
     return self.reader.get_slice(key)
 
-  def get_tensor(self, key: str) -> np.ndarray:
+  def _entry(self, key: str) -> tuple[tuple[int, ...], np.dtype]:
     entry = self.header[key]
     begin, end = entry["data_offsets"]
-    out = np.empty(entry["shape"], _numpy_dtype(entry["dtype"]))
-    if out.nbytes != end - begin:
-      raise SafetensorError(f"tensor {key!r} holds {end - begin} bytes, its shape and dtype "
-                            f"{out.nbytes}")
+    shape, dtype = tuple(entry["shape"]), _numpy_dtype(entry["dtype"])
+    if int(np.prod(shape, dtype=np.int64)) * dtype.itemsize != end - begin:
+      raise SafetensorError(f"tensor {key!r} holds {end - begin} bytes, its shape {shape} "
+                            f"and dtype {dtype.name} {np.prod(shape) * dtype.itemsize}")
     self.raw.seek(self.start + begin)
+    return shape, dtype
+
+  def _read_into(self, key: str, out: np.ndarray) -> None:
     if self.raw.readinto(out.reshape(-1).view(np.uint8)) != out.nbytes:
       raise SafetensorError(f"tensor {key!r}: the file ends inside its data")
+
+  def get_tensor(self, key: str) -> np.ndarray:
+    shape, dtype = self._entry(key)
+    out = aligned_empty(shape, dtype)
+    self._read_into(key, out)
     return out
+
+  def row_chunks(self, key: str):
+    """(rows, 2-D tensor's rows `rows` as an array) for consecutive row blocks of about
+    CHUNK_BYTES, one buffer reused."""
+    shape, dtype = self._entry(key)
+    if len(shape) != 2:
+      raise SafetensorError(f"tensor {key!r}: row chunks of a {len(shape)}-D tensor")
+    step = max(1, CHUNK_BYTES // max(1, shape[1] * dtype.itemsize))
+    buffer = np.empty((min(step, shape[0]), shape[1]), dtype)
+    for start in range(0, shape[0], step):
+      block = buffer[:min(step, shape[0] - start)]
+      self._read_into(key, block)
+      yield slice(start, start + block.shape[0]), block
 
 
 def _numpy_dtype(name: str) -> np.dtype:
@@ -220,24 +255,52 @@ def _all_finite(value: np.ndarray, chunk: int = 1 << 22) -> bool:
              for start in range(0, flat.size, chunk))
 
 
-def read_tensor(reader, file, key: str, dtype=None) -> np.ndarray:
-  """One tensor, in `dtype` when given; refuses NaN and infinite values (also those the cast
-  makes, e.g. float32 values beyond float16's range)."""
+def read_tensor(reader, file, key: str, dtype=None, transposed: bool = False) -> np.ndarray:
+  """One tensor, in `dtype` when given (transposed: a 2-D tensor's transpose, made from
+  row blocks as they are read, so that no second whole copy is in flight); refuses NaN
+  and infinite values (also those the cast makes, e.g. float32 values beyond float16's
+  range)."""
   try:
+    if transposed and hasattr(reader, "row_chunks"):
+      return _read_transposed(reader, file, key, dtype)
     value = reader.get_tensor(key)
+  except ModelFolderError:
+    raise
   except Exception as error:  # pylint: disable=broad-except  (safetensors' own error types)
     raise ModelFolderError(f"{file}: tensor {key!r} cannot be read ({str(error)[:200]})") \
         from None
-  if dtype is not None:
-    with np.errstate(over="ignore", invalid="ignore"):
-      cast = np.asarray(value, dtype)
-  else:
+  if transposed:
+    value = value.T
+  if dtype is None or np.dtype(dtype) == value.dtype:
     cast = value
+  else:
+    cast = aligned_empty(value.shape, dtype)
+    with np.errstate(over="ignore", invalid="ignore"):
+      np.copyto(cast, value, casting="unsafe")
   if not _all_finite(cast):
-    count = int((~np.isfinite(cast)).sum())
-    kind = "NaN" if np.isnan(cast).any() else "infinite"
-    after = ("" if cast is value or not np.isfinite(value).all()
-             else f" after the cast to the parameters' {np.dtype(dtype).name}")
-    raise ModelFolderError(f"{file}: tensor {key!r}: expected finite values, got {count} "
-                           f"{kind} value(s){after}")
+    _refuse(file, key, cast, value, dtype)
   return cast
+
+
+def _read_transposed(reader, file, key: str, dtype) -> np.ndarray:
+  out = None
+  for rows, block in reader.row_chunks(key):
+    if out is None:
+      total = reader.header[key]["shape"][0]
+      out = aligned_empty((block.shape[1], total), dtype or block.dtype)
+    with np.errstate(over="ignore", invalid="ignore"):
+      out[:, rows] = block.T
+    # the block as read, unless a cast could have made new infinities
+    checked = block if out.dtype == block.dtype else np.ascontiguousarray(out[:, rows])
+    if not _all_finite(checked):
+      _refuse(file, key, out[:, rows], block.T, dtype)
+  return out
+
+
+def _refuse(file, key: str, cast: np.ndarray, value: np.ndarray, dtype) -> None:
+  count = int((~np.isfinite(cast)).sum())
+  kind = "NaN" if np.isnan(cast).any() else "infinite"
+  after = ("" if cast is value or not np.isfinite(value).all()
+           else f" after the cast to the parameters' {np.dtype(dtype).name}")
+  raise ModelFolderError(f"{file}: tensor {key!r}: expected finite values, got {count} "
+                         f"{kind} value(s){after}")
