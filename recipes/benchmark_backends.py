@@ -24,6 +24,7 @@ import time
 from typing import Callable
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from jaxspatial.envs import decode_text
@@ -225,30 +226,56 @@ class PolicyBackend:
       chat.close()
 
   def episodes(self, agent, tasks, seed: int, real: int | None = None,
-               on_done: Callable[[int, Episode], None] | None = None) -> list[Episode]:
-    """Compiled rollouts of the whole padded batch (one shape: one program);
-    `on_done(row, episode)` for each row when the batch ends."""
+               on_done: Callable[[int, Episode], None] | None = None,
+               row_ids=None) -> list[Episode]:
+    """Compiled rollouts of the whole padded batch (one shape: one program); `on_done(row,
+    episode)` for each row when the batch ends. Row r samples with its own key (`row_ids[r]`,
+    default r, folded into `seed`): give a stable id per question and its episode does not
+    depend on the batch it ran in."""
     del real  # padding rows cost nothing extra on device
+    rows = np.asarray(tasks.question_ids).shape[0]
+    ids = list(range(rows)) if row_ids is None else list(row_ids)
+    done = None if on_done is None else (lambda _, row, episode: on_done(row, episode))
+    return self.grouped_episodes(agent, tasks, [seed], ids, done)[0]
+
+  def grouped_episodes(self, agent, tasks, seeds, row_ids,
+                       on_done: Callable[[int, int, Episode], None] | None = None
+                       ) -> list[list[Episode]]:
+    """Every seed's episodes of the batch in one compiled rollout: each task repeated once
+    per seed, its prompt prefilled once for them all (the rollout's `group`); the row of
+    task r and seed s samples with key fold_in(PRNGKey(s), row_ids[r]) (`rules.row_keys`),
+    so its episode equals `episodes(..., s, row_ids=row_ids)`'s row r. Returns [seed][row];
+    `on_done(seed, row, episode)` for each when the batch ends."""
     # pylint: disable=import-outside-toplevel
+    from jaxspatial.rollout import rules
     from jaxspatial.rollout.runner import AgentRollout
     from jaxspatial.rollout.viewer import turn_texts
     if agent.name not in self.runs:
       self.runs[agent.name] = AgentRollout.create(agent, self.tokenizer, self.model,
                                                   chat=self.chat, **self.rollout_settings)
     run = self.runs[agent.name]
+    group = len(seeds)
+    keys = np.stack([np.asarray(rules.row_keys(seed, row_ids)) for seed in seeds], 1)
+    repeated = jax.tree.map(lambda x: np.repeat(np.asarray(x), group, axis=0), tasks)
     start = time.perf_counter()
-    traj = run(self.model, tasks, jax.random.PRNGKey(seed), temperature=self.temperature,
-               evaluation=True)
+    traj = run(self.model, repeated, jnp.asarray(keys.reshape(-1, 2)),
+               temperature=self.temperature, evaluation=True, group=group)
     answers = np.asarray(traj.answer)
     images = np.asarray(traj.images)
     given = np.asarray(traj.image_given)
     texts = turn_texts(traj, self.tokenizer)
-    out = []
+    seconds = time.perf_counter() - start
+    out = [[None] * len(row_ids) for _ in seeds]
     for b in range(answers.shape[0]):
+      row, s = divmod(b, group)
       answer = bytes(answers[b][answers[b] >= 0].astype(np.uint8)).decode("utf-8", "replace")
-      out.append(Episode("", answer.strip(), images[b][given[b].astype(bool)], texts[b],
-                         requests=len(texts[b]), seconds=time.perf_counter() - start))
-    return _report(out, on_done)
+      out[s][row] = Episode("", answer.strip(), images[b][given[b].astype(bool)], texts[b],
+                            requests=len(texts[b]), seconds=seconds)
+    if on_done is not None:
+      for s, seed in enumerate(seeds):
+        for row, episode in enumerate(out[s]):
+          on_done(seed, row, episode)
+    return out
 
 
 class SpatialClawAgent:

@@ -17,7 +17,10 @@ as data URLs; `perception.ChatEndpoint`: concurrency, retries, a request budget,
 from an environment variable; tool episodes through `rollout.api_agent.api_rollout`) or a
 jaxspatial policy (no-tools generation through `serving.Engine` under jit; tool episodes as
 compiled rollouts through `rollout.AgentRollout`). The seed is the request's `seed` field /
-the rollout key.
+the rollout key. A policy's tool episodes run every seed of a question in one rollout (its
+prompt prefilled once for them all), each row sampling with its own key, the seed and the
+question id folded in (`question_key`): a question's episode is the same in any batch, any
+selection of questions and a resumed run.
 
 The no-tools prompt (ours; the papers' baselines give the question and images alone): a
 system prompt asking for the option's letter, a short phrase (open questions: Act3D's 1-5
@@ -42,6 +45,7 @@ import pathlib
 import sys
 import threading
 import time
+import zlib
 from typing import Iterator, Sequence
 
 import jax
@@ -546,6 +550,22 @@ def _run_setting(setting, seeds, questions, by_id, place, source, benchmark, bat
       bar.update(1)
       bar.set_postfix(acc=f"{np.mean(state['scores']):.3f}", failed=state["failed"])
 
+  if setting == "tools" and hasattr(backend, "grouped_episodes") and not getattr(
+      agent, "host_loop", False):
+    # Compiled rollouts: every seed of a question in one program, its prompt prefilled
+    # once; a question's rows sample with keys from its id, whatever batch they run in.
+    done = {seed: log.recorded(setting, seed) for seed in seeds}
+    pending = [q for q in questions if any(q.question_id not in done[s] for s in seeds)]
+    per_call = max(1, batch // len(seeds))
+    for tasks, ids, real in task_stream(source, benchmark, pending, per_call, points):
+      def on_seed_done(seed: int, row: int, episode: Episode, tasks=tasks, ids=ids,
+                       real=real) -> None:
+        if row < real and ids[row] not in done[seed]:
+          record(seed, tasks, row, ids[row], episode)
+      backend.grouped_episodes(agent, tasks, seeds, [question_key(i) for i in ids],
+                               on_done=on_seed_done)
+    bar.close()
+    return
   for seed in seeds:
     done = log.recorded(setting, seed)
     pending = [q for q in questions if q.question_id not in done]
@@ -563,6 +583,12 @@ def _run_setting(setting, seeds, questions, by_id, place, source, benchmark, bat
         prompts = [system_prompt(spec, by_id[i]) for i in ids]
         backend.answers(tasks, prompts, seed, on_done=on_done)
   bar.close()
+
+
+def question_key(question_id: str) -> int:
+  """A question's sampling id (`rules.row_keys`): stable across runs, selections and
+  batches."""
+  return zlib.crc32(question_id.encode("utf-8")) & 0x7FFFFFFF
 
 
 def question_text(tasks, row: int) -> str:

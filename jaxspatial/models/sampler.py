@@ -83,13 +83,17 @@ def mark_seen(seen_BxV: Array, tokens_BxL: Array, mask_BxL: Array) -> Array:
 def sample_token(logits_BxV: Array, key: Array, temperature: float, top_k: int = 0,
                  top_p: float = 1.0):
   """(token [B] int32, its log-probability under the distribution sampled from): greedy at
-  temperature 0, else temperature with top-k / top-p."""
+  temperature 0, else temperature with top-k / top-p. `key`: one for the batch, or [B, 2]
+  one per row (each row's draw then independent of the others)."""
   if temperature <= 0:
     token = jnp.argmax(logits_BxV, axis=-1)
     logp = jax.nn.log_softmax(logits_BxV, axis=-1)
   else:
     scaled = filter_logits(logits_BxV / temperature, top_k, top_p)
-    token = jax.random.categorical(key, scaled, axis=-1)
+    if key.ndim == 2:
+      token = jax.vmap(jax.random.categorical)(key, scaled)
+    else:
+      token = jax.random.categorical(key, scaled, axis=-1)
     logp = jax.nn.log_softmax(scaled, axis=-1)
   return token.astype(jnp.int32), jnp.take_along_axis(logp, token[:, None], -1)[:, 0]
 

@@ -384,6 +384,9 @@ def rollout(model, agent, automaton: TokenAutomaton, template: ObservationTempla
   with `on_device` (`perception.PolicyJudge`: a jaxspatial policy) runs inside this
   program instead: `judge.verdicts(judge_state, question, answer, references, key)`.
 
+  `key`: [2], one for the batch, or [B, 2], one per row (`rules.row_keys`: a row's draws
+  then do not depend on the rows beside it, in a batch or a group).
+
   `group` (static; GRPO's group size, or several samples per question): each `group`
   consecutive rows hold one task and one prompt; the reset, the vision encoder and the
   prefill run on the group's first row and the state and cache are repeated to its rows
@@ -565,6 +568,9 @@ def rollout(model, agent, automaton: TokenAutomaton, template: ObservationTempla
     if judge_state is None:
       raise ValueError(f"rollout: the on-device judge {judge!r} needs judge_state "
                        "(judge.state())")
+    if rules.per_row(key):
+      raise ValueError("rollout: an on-device judge samples the batch with one key; row "
+                       "keys ([B, 2]) would make its verdicts depend on the batch")
     verdict = judge.verdicts(judge_state, tasks.question_ids, record["answer"],
                              tasks.answer_ids, jax.random.fold_in(key, rules.JUDGE_FOLD))
   elif judge is not None:

@@ -34,17 +34,48 @@ def max_turns(agent) -> int:
   return agent.max_calls + 1
 
 
+# A rollout's key is one for the batch ([2]: the rows' draws depend on the batch's shape)
+# or one per row ([B, 2], `row_keys`: a row samples the same whatever rows share its batch,
+# so an evaluation's question draws alike in any batch, group or resumed run).
+
+def row_keys(seed: int, ids) -> jax.Array:
+  """[len(ids), 2]: row r's key fold_in(PRNGKey(seed), ids[r]) (ids: stable per row, e.g.
+  a question's hash)."""
+  base = jax.random.PRNGKey(seed)
+  return jax.vmap(lambda i: jax.random.fold_in(base, i))(jnp.asarray(ids, jnp.uint32))
+
+
+def per_row(key) -> bool:
+  return key.ndim == 2
+
+
+def _fold(key, *data):
+  fold = lambda k: _fold_all(k, data)
+  return jax.vmap(fold)(key) if per_row(key) else fold(key)
+
+
+def _fold_all(key, data):
+  for value in data:
+    key = jax.random.fold_in(key, value)
+  return key
+
+
 def reset_keys(key, batch: int):
+  if per_row(key):
+    return _fold(key, RESET_FOLD)
   return jax.random.split(jax.random.fold_in(key, RESET_FOLD), batch)
 
 
 def step_keys(key, turn, batch: int):
+  if per_row(key):
+    return _fold(key, STEP_FOLD, turn)
   return jax.random.split(jax.random.fold_in(jax.random.fold_in(key, STEP_FOLD), turn), batch)
 
 
 def token_key(key, turn, k):
-  """The key of the token at step k of turn t (a host loop reproduces the compiled one)."""
-  return jax.random.fold_in(jax.random.fold_in(key, turn), k)
+  """The key of the token at step k of turn t (a host loop reproduces the compiled one);
+  [B, 2] for row keys."""
+  return _fold(key, turn, k)
 
 
 def last_turn(turn, turns: int):

@@ -19,7 +19,7 @@ import numpy as np
 
 from jaxspatial.models.chat import ChatFormat
 from jaxspatial.rollout import token_table as am
-from jaxspatial.rollout import episode, observation
+from jaxspatial.rollout import episode, observation, rules
 from jaxspatial.rollout.contract import on_device
 from jaxspatial.models.sharding import global_batch
 
@@ -88,7 +88,8 @@ class AgentRollout:
     by `eval_judge`; `judged=False`: by the agent's rule judge (no host judge requests:
     replays whose reward is unused). `replay`: every turn is forced whole (teacher SFT) and
     written as one segment per turn instead of one decode step per token. `group`: each
-    `group` consecutive rows repeat one task (GRPO's groups), whose prompt is prefilled once."""
+    `group` consecutive rows repeat one task (GRPO's groups), whose prompt is prefilled once.
+    `key`: one for the batch, or [B, 2] one per row (`rules.row_keys`)."""
     if prompt_ids is None:
       prompt_ids, prompt_mask = self.prompts(tasks)
     config = self.config if temperature is None else dataclasses.replace(
@@ -97,12 +98,13 @@ class AgentRollout:
     run = episode.compile_rollout(self.agent, self.template, config, judge, replay, group)
     # An on-device judge (a jaxspatial policy) is an argument of the program, not a constant.
     judge_state = judge.state() if on_device(judge) else None
-    inputs = (tasks, prompt_ids, prompt_mask) + (() if forced is None else (forced,))
+    rows = rules.per_row(jnp.asarray(key))  # one key a row: split with the rows
+    inputs = (tasks, prompt_ids, prompt_mask, key if rows else None, forced)
     if mesh is not None:
       inputs = global_batch(inputs, mesh)
       with jax.set_mesh(mesh):
-        return run(model, self.automaton, *inputs[:3], key,
-                   None if forced is None else inputs[3], judge_state)
+        return run(model, self.automaton, *inputs[:3], inputs[3] if rows else key, inputs[4],
+                   judge_state)
     inputs = jax.tree.map(jnp.asarray, inputs)
-    return run(model, self.automaton, *inputs[:3], key, None if forced is None else inputs[3],
+    return run(model, self.automaton, *inputs[:3], inputs[3] if rows else key, inputs[4],
                judge_state)
