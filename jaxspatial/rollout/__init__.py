@@ -119,7 +119,8 @@ Rules the grammars, the device parse and the host regexes share (tests hold them
   as TRL / ms-swift compute them, so with a penalty the recorded and the recomputed old
   log-probabilities differ by design. The
   token at step k of turn t uses `fold_in(fold_in(key, t), k)`; reset and step keys fold
-  in 2^20 and 2^21.
+  in 2^20 and 2^21. The key is one for the batch ([2]; training) or one per row ([B, 2],
+  `rules.row_keys`; evaluation: a row's draws then do not depend on its batch or group).
 - The trainer recomputes positions with `model.position_ids` over the whole slot layout;
   a full forward pass reproduces the sampled log-probabilities (tested).
 - Chat formats (`models.ChatFormat`, from a checkpoint's chat template and
