@@ -83,9 +83,12 @@ class EndpointBackend:
     return base
 
   def answers(self, tasks, prompts: list[str], seed: int,
-              on_done: Callable[[int, Episode], None] | None = None) -> list[Episode]:
+              on_done: Callable[[int, Episode], None] | None = None,
+              row_ids=None) -> list[Episode]:
     """One request per prompt (the first len(prompts) rows of tasks); `on_done(row,
-    episode)` as each reply (or failure) arrives."""
+    episode)` as each reply (or failure) arrives. Every request carries `seed` (the server
+    samples each request on its own; `row_ids` are not sent)."""
+    del row_ids
     rows = len(prompts)
     views = [question_views(tasks, r) for r in range(rows)]
     # Each view encoded once: the request's data URL and the page's file.
@@ -180,10 +183,12 @@ class PolicyBackend:
     _check_geometry(agent, source)
 
   def answers(self, tasks, prompts: list[str], seed: int,
-              on_done: Callable[[int, Episode], None] | None = None) -> list[Episode]:
+              on_done: Callable[[int, Episode], None] | None = None,
+              row_ids=None) -> list[Episode]:
     """Generations for the prompts, all submitted to the scheduler at once; `on_done(row,
-    episode)` for each as it ends. Row r samples with seed `seed` and r folded in, so its
-    answer does not depend on what ran beside it."""
+    episode)` for each as it ends. Row r samples with seed `seed` and `row_ids[r]` (default
+    r) folded in: give a stable id per question and its answer does not depend on what ran
+    beside it, nor on its place in the batch."""
     # pylint: disable=import-outside-toplevel
     from jaxspatial.serving.engine import Sampling
     from jaxspatial.serving.protocol import local_request
@@ -199,9 +204,10 @@ class PolicyBackend:
       built.append(self.builder.build(request))
     sampling = Sampling(temperature=self.temperature)
     began = time.perf_counter()
+    ids = range(rows) if row_ids is None else row_ids
     futures = [self.scheduler.submit(prompt, self.answer_tokens, sampling,
-                                     seed=(seed * 1_000_003 + r) % (1 << 31))
-               for r, prompt in enumerate(built)]
+                                     seed=(seed * 1_000_003 + i) % (1 << 31))
+               for i, prompt in zip(ids, built)]
     out = []
     for r, future in enumerate(futures):
       reply = future.result()

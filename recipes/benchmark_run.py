@@ -581,7 +581,8 @@ def _run_setting(setting, seeds, questions, by_id, place, source, benchmark, bat
         backend.episodes(agent, tasks, seed, real=real, on_done=on_done)
       else:
         prompts = [system_prompt(spec, by_id[i]) for i in ids]
-        backend.answers(tasks, prompts, seed, on_done=on_done)
+        backend.answers(tasks, prompts, seed, on_done=on_done,
+                        row_ids=[question_key(i) for i in ids])
   bar.close()
 
 

@@ -2,7 +2,8 @@
 builder and the continuous-batching scheduler) and an OpenAI-compatible endpoint (EndpointChat over
 real HTTP to a scripted server on loopback) each drive complete episodes through the
 kernel; every feedback block is well formed. The random policy never writes a valid step,
-so its episodes run to the step limit."""
+so its episodes run to the step limit. The policy backend's sampled answers follow their
+question, not their batch."""
 
 import base64
 import io
@@ -184,3 +185,25 @@ def test_openai_messages_keep_order_and_text():
   assert out[0] == {"role": "system", "content": "s"}
   assert out[1]["content"][0] == {"type": "text", "text": "a"}
   assert _decode(out[1]["content"][1]["image_url"]["url"]).shape == (4, 5, 3)
+
+
+def test_a_sampled_answer_depends_on_its_question_not_its_batch(policy_folder):
+  """PolicyBackend.answers at temperature 1: each row samples with the seed and its
+  question's id (launch.eval passes `question_key`), so the same answers come back when
+  the batch runs in reverse, and another seed samples apart."""
+  # pylint: disable=import-outside-toplevel
+  import jax
+  from data_pipelines.synthetic import episodes
+  from recipes.benchmark_backends import PolicyBackend
+  backend = PolicyBackend(policy_folder, temperature=1.0, answer_tokens=12, max_batch=3)
+  tasks, _ = episodes.act3d_tasks(3, seed=0)
+  tasks = tasks.replace(input_images=_frames(3, seed=4)[:, None],
+                        num_input_cameras=np.ones(3, np.int32))
+  prompts = ["Answer in one word."] * 3
+  ids = [11, 2024, 7]
+  flip = lambda x: np.asarray(x)[::-1]
+  text = lambda episodes_: [e.prediction for e in episodes_]
+  forward = text(backend.answers(tasks, prompts, 5, row_ids=ids))
+  backward = text(backend.answers(jax.tree.map(flip, tasks), prompts, 5, row_ids=ids[::-1]))
+  assert forward == backward[::-1]
+  assert text(backend.answers(tasks, prompts, 6, row_ids=ids)) != forward
