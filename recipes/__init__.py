@@ -40,8 +40,9 @@ Modules:
   benchmark_backends.py (EndpointBackend: ChatEndpoint, views as PNG data URLs, `complete_each`
   for answers (each reported as it ends, the answer after a <think> block), api_rollout for the
   real rows' episodes, seeded; PolicyBackend: a policy folder, serving's PromptBuilder + one
-  Scheduler for answers (row r seeded with the run's seed and r: an answer does not depend on
-  its neighbours) and SpatialClaw's PolicyChat, AgentRollout for episodes; `benchmark_agent`: a
+  Scheduler for answers (each seeded with the run's seed and its question's id: an answer
+  does not depend on its neighbours or its row) and SpatialClaw's PolicyChat, AgentRollout
+  for episodes (every seed of a question in one group-shared rollout); `benchmark_agent`: a
   paper config's agent with its reconstruction and perception tools, `evaluation_turns`),
 - export.py (`export_checkpoint` -> Exported(folder, step, checkpoint, family): look_around, the
   agent recipes and 3DThinker's stages (stage 2's LoRA merged) through `Trainer.restore` and

@@ -1,6 +1,7 @@
 """The models `recipes.benchmark_run` evaluates: an OpenAI-compatible chat endpoint or a
 jaxspatial policy folder. Both answer a batch of tasks without tools (`answers`) and run the
-agent's episodes (`episodes`), returning one `Episode` per task row.
+agent's episodes (the endpoint's `episodes`, one seed a call; the policy's
+`grouped_episodes`, every seed in one compiled rollout), returning `Episode`s per task row.
 
 - EndpointBackend: `perception.ChatEndpoint` (concurrency, retries, a request budget, the
   key from an environment variable); the question's views as PNG data URLs; the seed as the
@@ -9,7 +10,8 @@ agent's episodes (`episodes`), returning one `Episode` per task row.
 - PolicyBackend: a Hugging Face policy folder (`models.load_policy`); no-tools answers
   through `serving.PromptBuilder` + `serving.Engine` (the chat template, images resized as
   the processor does, generation under jit, one program per bucket); episodes as compiled
-  rollouts (`rollout.AgentRollout`), the seed as the rollout key.
+  rollouts (`rollout.AgentRollout`), every seed of a question in one (its prompt prefilled
+  once), each row keyed by the seed and its question's id (`rules.row_keys`).
 
 SpatialClaw (`SpatialClawAgent`, configs/spatialclaw.py) runs on the host instead: its
 episodes are `jaxspatial.agents.loop` episodes, each with its own kernel, over the task's
@@ -231,27 +233,15 @@ class PolicyBackend:
     finally:
       chat.close()
 
-  def episodes(self, agent, tasks, seed: int, real: int | None = None,
-               on_done: Callable[[int, Episode], None] | None = None,
-               row_ids=None) -> list[Episode]:
-    """Compiled rollouts of the whole padded batch (one shape: one program); `on_done(row,
-    episode)` for each row when the batch ends. Row r samples with its own key (`row_ids[r]`,
-    default r, folded into `seed`): give a stable id per question and its episode does not
-    depend on the batch it ran in."""
-    del real  # padding rows cost nothing extra on device
-    rows = np.asarray(tasks.question_ids).shape[0]
-    ids = list(range(rows)) if row_ids is None else list(row_ids)
-    done = None if on_done is None else (lambda _, row, episode: on_done(row, episode))
-    return self.grouped_episodes(agent, tasks, [seed], ids, done)[0]
-
   def grouped_episodes(self, agent, tasks, seeds, row_ids,
                        on_done: Callable[[int, int, Episode], None] | None = None
                        ) -> list[list[Episode]]:
     """Every seed's episodes of the batch in one compiled rollout: each task repeated once
     per seed, its prompt prefilled once for them all (the rollout's `group`); the row of
     task r and seed s samples with key fold_in(PRNGKey(s), row_ids[r]) (`rules.row_keys`),
-    so its episode equals `episodes(..., s, row_ids=row_ids)`'s row r. Returns [seed][row];
-    `on_done(seed, row, episode)` for each when the batch ends."""
+    so its episode is the same in any batch and beside any seeds (the whole padded batch
+    runs: one shape, one program). Returns [seed][row]; `on_done(seed, row, episode)` for
+    each when the batch ends."""
     # pylint: disable=import-outside-toplevel
     from jaxspatial.rollout import rules
     from jaxspatial.rollout.runner import AgentRollout

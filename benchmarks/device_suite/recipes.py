@@ -21,7 +21,7 @@ device of 80 GiB: Act3D's 9B keeps 4 of 32 layers, its embedding and untied LM h
 device reports somewhat less, what XLA's allocator may use), updated in micro-batches of
 `recipe_micro_rows` rows. Episodes: the `cpu`
 variants' synthetic rooms, views and turn budgets (the tiny dataset's 96 x 72 views: the
-papers' 640 x 480 renders hold ~40x the vision tokens), `recipe_prompts` x 8 of them. A
+papers' 640 x 480 renders have 44x the pixels), `recipe_prompts` x 8 of them. A
 random policy of the published vocabulary rarely stops a turn early: each turn decodes its
 whole budget, the worst case. Smoke (`Sizes.smoke`): the `cpu` variants' tiny policies, on
 the CPU.
